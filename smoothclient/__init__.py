@@ -1,0 +1,84 @@
+"""
+smoothclient: stop client fleets from stampeding the services they call.
+
+Public names load lazily, so ``import smoothclient`` costs almost nothing and never imports
+httpx or requests; the names that need an extra (``SmoothTransport``, ``SmoothAdapter``, ...)
+raise an :class:`ImportError` naming the extra to install when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from . import testing, window
+    from ._core import RetryEvent
+    from ._errors import InfeasibleWindow, RateLimited, SmoothError
+    from .hints import Hints, Quota, read_hints
+    from .jitter import offset_for
+    from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "Hints",
+    "InfeasibleWindow",
+    "Quota",
+    "RateLimited",
+    "RetryBudget",
+    "RetryEvent",
+    "RetryPolicy",
+    "SmoothError",
+    "__version__",
+    "offset_for",
+    "read_hints",
+    "testing",
+    "window",
+]
+
+# name -> (module, extra needed or None)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "DEFAULT_POLICY": ("policy", None),
+    "Hints": ("hints", None),
+    "InfeasibleWindow": ("_errors", None),
+    "Quota": ("hints", None),
+    "RateLimited": ("_errors", None),
+    "RetryBudget": ("policy", None),
+    "RetryEvent": ("_core", None),
+    "RetryPolicy": ("policy", None),
+    "SmoothError": ("_errors", None),
+    "offset_for": ("jitter", None),
+    "read_hints": ("hints", None),
+}
+_SUBMODULES = frozenset({"testing", "window"})
+_EXTRA_OF = {"httpx": "httpx", "requests": "requests"}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("smoothclient")
+        except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+            return "0+unknown"
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if name not in _LAZY:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    module_name, extra = _LAZY[name]
+    try:
+        module = importlib.import_module(f"{__name__}.{module_name}")
+    except ModuleNotFoundError as exc:
+        if extra is None or exc.name != _EXTRA_OF.get(extra):
+            raise
+        msg = f"smoothclient.{name} needs {extra}: pip install 'smoothclient[{extra}]'"
+        raise ImportError(msg, name=exc.name) from exc
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

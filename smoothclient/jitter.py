@@ -1,0 +1,153 @@
+"""
+Sampling: backoff windows, uniform placement, stable hashed offsets and Poisson gaps.
+
+Every sampler takes an explicit :class:`random.Random`, so tests (yours and ours) can seed it
+and assert exact values.  Backoff is a *window*: the cap bounds the window before sampling,
+so saturated clients keep spreading over ``[0, cap]`` instead of piling up on the cap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from datetime import timedelta
+from typing import Literal
+
+from ._validate import seconds
+
+__all__ = [
+    "JITTER_KINDS",
+    "JitterKind",
+    "backoff_ceiling",
+    "backoff_window",
+    "even_offsets",
+    "offset_for",
+    "poisson_gap",
+    "sample_backoff",
+    "uniform",
+]
+
+JitterKind = Literal["full", "equal", "decorrelated", "none"]
+JITTER_KINDS: tuple[JitterKind, ...] = ("full", "equal", "decorrelated", "none")
+
+_TWO_64 = float(2**64)
+
+
+def backoff_ceiling(attempt: int, *, initial: float, maximum: float, base: float = 2.0) -> float:
+    """
+    Return ``min(maximum, initial * base ** (attempt - 1))`` without overflowing.
+
+    ``attempt`` counts failed attempts so far (1 after the first failure).
+    """
+    if attempt < 1 or initial <= 0:
+        return min(max(initial, 0.0), maximum)
+    # Compare in log space: base ** 10_000 overflows, but the cap has long been reached.
+    if base <= 1 or math.log(maximum / initial) >= (attempt - 1) * math.log(base):
+        return min(maximum, initial * base ** (attempt - 1))
+    return maximum
+
+
+def backoff_window(
+    kind: JitterKind,
+    attempt: int,
+    *,
+    initial: float,
+    maximum: float,
+    base: float = 2.0,
+    previous: float | None = None,
+) -> tuple[float, float]:
+    """
+    Return the ``(low, high)`` window the next backoff delay is drawn from.
+
+    - ``full``: ``[0, c]`` with ``c = min(maximum, initial * base^(attempt-1))``.
+    - ``equal``: ``[c / 2, c]``.
+    - ``decorrelated``: ``[initial, min(maximum, 3 * previous)]`` (``previous`` defaults to
+      ``initial``), the shape that keeps a fleet from re-aligning after an outage.
+    - ``none``: ``[c, c]``; plain exponential, which re-synchronises a fleet: never the default.
+    """
+    if kind == "decorrelated":
+        prev = initial if previous is None or previous <= 0 else previous
+        return (min(initial, maximum), min(maximum, max(initial, prev * 3)))
+    ceiling = backoff_ceiling(attempt, initial=initial, maximum=maximum, base=base)
+    if kind == "full":
+        return (0.0, ceiling)
+    if kind == "equal":
+        return (ceiling / 2, ceiling)
+    if kind == "none":
+        return (ceiling, ceiling)
+    msg = f"jitter must be one of {', '.join(JITTER_KINDS)}, got {kind!r}"
+    raise ValueError(msg)
+
+
+def uniform(low: float, high: float, rng: random.Random) -> float:
+    """Return a uniform draw from ``[low, high]`` (``low`` when the window is empty)."""
+    if high <= low:
+        return low
+    return low + (high - low) * rng.random()
+
+
+def sample_backoff(
+    kind: JitterKind,
+    attempt: int,
+    *,
+    initial: float,
+    maximum: float,
+    rng: random.Random,
+    base: float = 2.0,
+    previous: float | None = None,
+) -> float:
+    """Draw one backoff delay from :func:`backoff_window`."""
+    low, high = backoff_window(
+        kind, attempt, initial=initial, maximum=maximum, base=base, previous=previous
+    )
+    return uniform(low, high, rng)
+
+
+def _key_bytes(key: str | bytes | int) -> bytes:
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key).encode("ascii")
+    msg = f"key must be str, bytes or int, not {type(key).__name__}"
+    raise TypeError(msg)
+
+
+def offset_for(key: str | bytes | int, window: float | timedelta, *, salt: str = "") -> float:
+    """
+    Return the stable offset of ``key`` in ``[0, window)`` seconds.
+
+    The same key (and salt) gets the same offset in every process on every machine: a 64-bit
+    BLAKE2b digest (never Python's salted ``hash()``) is mapped onto the window by
+    multiply-shift, so the bias is below 2**-53.  Use ``salt`` to give one set of keys a
+    different placement per job.
+    """
+    w = seconds("window", window, allow_zero=False)
+    digest = hashlib.blake2b(_key_bytes(key), digest_size=8, person=_person(salt)).digest()
+    fraction = int.from_bytes(digest, "big") / _TWO_64
+    return min(fraction * w, math.nextafter(w, 0.0))
+
+
+def _person(salt: str) -> bytes:
+    raw = salt.encode("utf-8")
+    if len(raw) > 16:
+        raw = hashlib.blake2b(raw, digest_size=16).digest()
+    return raw
+
+
+def even_offsets(count: int, window: float) -> list[float]:
+    """Return ``count`` offsets spaced exactly evenly over ``[0, window)``."""
+    if count <= 0:
+        return []
+    step = window / count
+    return [i * step for i in range(count)]
+
+
+def poisson_gap(rate: float, rng: random.Random) -> float:
+    """Return an exponential gap for a Poisson process of ``rate`` events per second."""
+    if not rate > 0 or not math.isfinite(rate):
+        msg = f"rate must be a finite number > 0, got {rate!r}"
+        raise ValueError(msg)
+    return rng.expovariate(rate)

@@ -1,0 +1,166 @@
+"""
+:class:`RetryPolicy`: one immutable, validated object that says how a logical call retries.
+
+>>> from smoothclient import RetryPolicy
+>>> policy = RetryPolicy(attempts=3, timeout=10)
+>>> policy.replace(jitter="decorrelated").jitter
+'decorrelated'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Set
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._validate import fraction, optional_seconds, positive_int, seconds
+from .jitter import JITTER_KINDS, JitterKind
+
+if TYPE_CHECKING:
+    from ._core import RetryEvent
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "IDEMPOTENT_METHODS",
+    "RETRY_STATUSES",
+    "RetryBudget",
+    "RetryPolicy",
+]
+
+#: Methods RFC 9110 defines as idempotent: safe to send twice.
+IDEMPOTENT_METHODS: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})
+#: Statuses that mean "try again later": timeouts, too early, throttling, transient 5xx.
+RETRY_STATUSES: frozenset[int] = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryBudget:
+    """
+    Cap retries to a fraction of recent traffic so a struggling server is not buried in them.
+
+    Over the last ``window`` seconds, retries may be at most ``ratio`` times the requests plus
+    ``min_per_second * window`` (so low-traffic clients can still retry).
+    """
+
+    ratio: float = 0.2
+    min_per_second: float = 1.0
+    window: float = 10.0
+
+    def __post_init__(self) -> None:
+        """Validate the fields."""
+        fraction("RetryBudget.ratio", self.ratio, upper_open=False)
+        seconds("RetryBudget.min_per_second", self.min_per_second)
+        seconds("RetryBudget.window", self.window, allow_zero=False)
+
+
+def _frozen_statuses(value: object) -> frozenset[int]:
+    if isinstance(value, str | bytes) or not isinstance(value, Set | list | tuple):
+        msg = f"retry_statuses must be a set of ints, not {type(value).__name__}"
+        raise TypeError(msg)
+    statuses = frozenset(value)
+    bad = [
+        s for s in statuses if isinstance(s, bool) or not isinstance(s, int) or not 100 <= s < 600
+    ]
+    if bad:
+        msg = f"retry_statuses must hold HTTP status codes (100-599), got {sorted(map(repr, bad))}"
+        raise ValueError(msg)
+    return statuses
+
+
+def _frozen_methods(value: object) -> frozenset[str]:
+    if isinstance(value, str | bytes) or not isinstance(value, Set | list | tuple):
+        msg = f"retry_methods must be a set of method names, not {type(value).__name__}"
+        raise TypeError(msg)
+    if not all(isinstance(m, str) and m for m in value):
+        msg = "retry_methods must hold non-empty strings such as 'GET'"
+        raise ValueError(msg)
+    return frozenset(m.upper() for m in value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """
+    How a logical call retries: immutable, validated at construction, cheap to copy.
+
+    Args:
+        attempts: total attempts, the first one included (>= 1).
+        timeout: deadline of the whole logical call in seconds, waits included; ``None`` for no
+            deadline.  Never slept past.
+        wait_initial: the first backoff window's ceiling, in seconds.
+        wait_max: the cap on any backoff window (bounds the window *before* sampling).
+        wait_exp_base: growth factor of the backoff window per attempt.
+        jitter: ``"full"`` (default), ``"equal"``, ``"decorrelated"`` or ``"none"``.
+        retry_statuses: statuses that are retried.
+        retry_methods: methods retried after the request may have been sent (idempotent ones).
+        idempotency_header: a header that makes any method safe to retry (``None`` to disable).
+        max_retry_after: a server asking to wait longer than this gets its answer returned at
+            once instead of being slept on; ``None`` accepts any delay within the deadline.
+        respect_retry_after: shift the window by ``Retry-After`` and exhausted quotas.
+        retry_on_errors: retry transport errors (connection failures, timeouts).
+        retry_forbidden_with_hints: retry a 403 that carries ``Retry-After`` or an exhausted quota
+            (GitHub's rate limits answer 403).
+        budget: an optional :class:`RetryBudget`.
+        on_retry: called with a :class:`~smoothclient.RetryEvent` before each wait.
+    """
+
+    attempts: int = 5
+    timeout: float | None = 60.0
+    wait_initial: float = 0.1
+    wait_max: float = 30.0
+    wait_exp_base: float = 2.0
+    jitter: JitterKind = "full"
+    retry_statuses: Set[int] = field(default=RETRY_STATUSES)
+    retry_methods: Set[str] = field(default=IDEMPOTENT_METHODS)
+    idempotency_header: str | None = "Idempotency-Key"
+    max_retry_after: float | None = 300.0
+    respect_retry_after: bool = True
+    retry_on_errors: bool = True
+    retry_forbidden_with_hints: bool = True
+    budget: RetryBudget | None = None
+    on_retry: Callable[[RetryEvent], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        """Validate and normalise every field."""
+        setter = object.__setattr__
+        positive_int("attempts", self.attempts)
+        setter(self, "timeout", optional_seconds("timeout", self.timeout, allow_zero=False))
+        setter(self, "wait_initial", seconds("wait_initial", self.wait_initial))
+        setter(self, "wait_max", seconds("wait_max", self.wait_max))
+        base = seconds("wait_exp_base", self.wait_exp_base)
+        if base < 1:
+            msg = f"wait_exp_base must be >= 1, got {self.wait_exp_base!r}"
+            raise ValueError(msg)
+        setter(self, "wait_exp_base", base)
+        if self.wait_initial > self.wait_max:
+            msg = f"wait_initial ({self.wait_initial}) must not exceed wait_max ({self.wait_max})"
+            raise ValueError(msg)
+        if self.jitter not in JITTER_KINDS:
+            msg = f"jitter must be one of {', '.join(JITTER_KINDS)}, got {self.jitter!r}"
+            raise ValueError(msg)
+        setter(self, "retry_statuses", _frozen_statuses(self.retry_statuses))
+        setter(self, "retry_methods", _frozen_methods(self.retry_methods))
+        setter(self, "max_retry_after", optional_seconds("max_retry_after", self.max_retry_after))
+        if self.budget is not None and not isinstance(self.budget, RetryBudget):
+            msg = f"budget must be a RetryBudget or None, not {type(self.budget).__name__}"
+            raise TypeError(msg)
+        if self.on_retry is not None and not callable(self.on_retry):
+            msg = "on_retry must be callable or None"
+            raise TypeError(msg)
+        if self.idempotency_header is not None and not isinstance(self.idempotency_header, str):
+            msg = "idempotency_header must be a header name or None"
+            raise TypeError(msg)
+
+    def replace(self, **changes: Any) -> RetryPolicy:
+        """Return a copy with ``changes`` applied (and validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def is_idempotent(self, method: str, *, has_idempotency_key: bool = False) -> bool:
+        """Whether a request may be sent again after it may already have reached the server."""
+        return method.upper() in self.retry_methods or (
+            has_idempotency_key and self.idempotency_header is not None
+        )
+
+
+#: The defaults: 5 attempts within 60 s, full jitter from 0.1 s doubling to a 30 s cap.
+DEFAULT_POLICY = RetryPolicy()
