@@ -531,7 +531,7 @@ def _binding(quotas: list[Quota]) -> Quota | None:
     """R10: the quota closest to exhaustion (smallest remaining/limit ratio)."""
     known = [q for q in quotas if q.remaining is not None]
     if not known:
-        return next((q for q in quotas if q.limit is not None), None)
+        return next((q for q in quotas if q.limit is not None or q.reset_after is not None), None)
 
     def key(q: Quota) -> tuple[bool, bool, float, float, bool]:
         remaining = q.remaining if q.remaining is not None else 0.0

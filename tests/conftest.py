@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from smoothclient import testing
+from smoothclient.testing import FakeClock
+
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_000.0)
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    return random.Random(1234)
+
+
+@pytest.fixture(autouse=True)
+def _no_testing_mode() -> Iterator[None]:
+    testing.set_testing(False)
+    yield
+    testing.set_testing(False)

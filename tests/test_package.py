@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import smoothclient
+from smoothclient import testing
+from smoothclient.testing import FakeClock
+
+
+def test_import_does_not_pull_http_clients() -> None:
+    """import smoothclient imports neither httpx nor requests (nor cachetools, wrapt)."""
+    code = (
+        "import sys, smoothclient; "
+        "smoothclient.RetryPolicy; smoothclient.read_hints; smoothclient.window; "
+        "print(sorted(m for m in ('httpx', 'requests', 'urllib3', 'wrapt', 'cachetools') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_all_is_sorted_and_resolves() -> None:
+    assert len(set(smoothclient.__all__)) == len(smoothclient.__all__)
+    for name in smoothclient.__all__:
+        assert getattr(smoothclient, name) is not None
+    assert "RetryPolicy" in dir(smoothclient)
+
+
+def test_unknown_attribute() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        smoothclient.nope  # noqa: B018
+
+
+def test_version() -> None:
+    assert smoothclient.__version__ == "0.1.0"
+
+
+def test_fake_clock() -> None:
+    clock = FakeClock(5.0)
+    clock.sleep(2.0)
+    clock.advance(1.0)
+    assert clock() == clock.time() == 8.0
+    assert clock.sleeps == [2.0]
+    with pytest.raises(ValueError, match="backwards"):
+        clock.advance(-1)
+
+
+def test_testing_mode_restores_previous_state() -> None:
+    assert testing.current() is None
+    with testing.testing_mode(attempts=2) as mode:
+        assert mode.attempts == 2
+        with testing.testing_mode(attempts=1):
+            assert testing.current() == testing.TestingMode(1)
+        assert testing.current() == mode
+    assert testing.current() is None
+    with pytest.raises(ValueError, match="attempts"):
+        testing.set_testing(True, attempts=0)
+
+
+def test_seeded() -> None:
+    assert testing.seeded(3).random() == testing.seeded(3).random()
