@@ -15,20 +15,27 @@ if TYPE_CHECKING:
     from . import testing, window
     from ._core import RetryEvent
     from ._errors import InfeasibleWindow, RateLimited, SmoothError
+    from ._httpx import AsyncSmoothTransport, SmoothTransport
+    from ._requests import SmoothAdapter
     from .hints import Hints, Quota, read_hints
     from .jitter import offset_for
+    from .pacer import Pacer
     from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
 
 __all__ = [
     "DEFAULT_POLICY",
+    "AsyncSmoothTransport",
     "Hints",
     "InfeasibleWindow",
+    "Pacer",
     "Quota",
     "RateLimited",
     "RetryBudget",
     "RetryEvent",
     "RetryPolicy",
+    "SmoothAdapter",
     "SmoothError",
+    "SmoothTransport",
     "__version__",
     "offset_for",
     "read_hints",
@@ -38,15 +45,19 @@ __all__ = [
 
 # name -> (module, extra needed or None)
 _LAZY: dict[str, tuple[str, str | None]] = {
+    "AsyncSmoothTransport": ("_httpx", "httpx"),
     "DEFAULT_POLICY": ("policy", None),
     "Hints": ("hints", None),
     "InfeasibleWindow": ("_errors", None),
+    "Pacer": ("pacer", None),
     "Quota": ("hints", None),
     "RateLimited": ("_errors", None),
     "RetryBudget": ("policy", None),
     "RetryEvent": ("_core", None),
     "RetryPolicy": ("policy", None),
+    "SmoothAdapter": ("_requests", "requests"),
     "SmoothError": ("_errors", None),
+    "SmoothTransport": ("_httpx", "httpx"),
     "offset_for": ("jitter", None),
     "read_hints": ("hints", None),
 }

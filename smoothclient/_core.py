@@ -105,11 +105,14 @@ class CohortView:
 
     ``waiting`` requests (this one included) wait on the origin, which admits
     ``admitted_rate`` req/s (``None`` when unknown) and is closed for ``opens_in`` more seconds.
+    ``paced`` means the pacer gives each request its own slot at the admitted rate: the core then
+    asks for the window's start and lets the pacer spread the cohort exactly.
     """
 
     waiting: int = 1
     admitted_rate: float | None = None
     opens_in: float = 0.0
+    paced: bool = False
 
     @property
     def width(self) -> float:
@@ -130,9 +133,15 @@ class Retry:
 
 @dataclass(frozen=True, slots=True)
 class GiveUp:
-    """Stop: return the last response or raise the last error.  ``reason`` says why."""
+    """
+    Stop: return the last response or raise the last error.  ``reason`` says why.
+
+    ``final`` is True when the outcome was not a failure worth retrying at all (a success, a
+    404): nothing was given up on.
+    """
 
     reason: str
+    final: bool = False
 
 
 Decision = Retry | GiveUp
@@ -174,7 +183,7 @@ def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | 
         )
     )
     if not retryable:
-        return GiveUp(f"status {status} is not retried")
+        return GiveUp(f"status {status} is not retried", final=True)
     if not idempotent:
         return GiveUp(f"status {status}: {state.method} is not idempotent")
     return f"status {status}"
@@ -228,8 +237,9 @@ def decide(
     shift = _server_shift(policy, outcome)
     if isinstance(shift, GiveUp):
         return shift
-    window = _window(policy, state, shift, cohort or CohortView())
-    return _fit_deadline(policy, state, why, window, now, rng)
+    view = cohort or CohortView()
+    window = _window(policy, state, shift, view)
+    return _fit_deadline(policy, state, why, window, now, rng, paced=view.paced)
 
 
 def _window(
@@ -263,6 +273,8 @@ def _fit_deadline(
     window: tuple[float, float],
     now: float,
     rng: random.Random,
+    *,
+    paced: bool,
 ) -> Decision:
     start, end = window
     if policy.timeout is not None:
@@ -270,7 +282,8 @@ def _fit_deadline(
         if start > left:
             return GiveUp(f"{why}: the next try at {start:.3g} s would pass the deadline")
         end = min(end, left)
-    return Retry(uniform(start, end, rng), why, (start, end))
+    delay = start if paced else uniform(start, end, rng)
+    return Retry(delay, why, (start, end))
 
 
 @dataclass
@@ -299,16 +312,28 @@ class BudgetTracker:
         with self._lock:
             self._bucket(now)[1] += 1
 
+    def has_room_locked(self, now: float) -> bool:
+        """Whether one more retry fits the budget now (the caller holds the lock)."""
+        self._bucket(now)
+        requests = sum(b[1] for b in self._buckets)
+        retries = sum(b[2] for b in self._buckets)
+        budget = self.budget
+        return retries + 1 <= budget.ratio * requests + budget.min_per_second * budget.window
+
+    def has_room(self, now: float) -> bool:
+        """Whether one more retry fits the budget now."""
+        with self._lock:
+            return self.has_room_locked(now)
+
+    def record_retry(self, now: float) -> None:
+        """Count one retry against the budget."""
+        with self._lock:
+            self._bucket(now)[2] += 1
+
     def try_retry(self, now: float) -> bool:
         """Take room for one retry if the budget has it; return whether it did."""
         with self._lock:
-            current = self._bucket(now)
-            requests = sum(b[1] for b in self._buckets)
-            retries = sum(b[2] for b in self._buckets)
-            allowance = (
-                self.budget.ratio * requests + self.budget.min_per_second * self.budget.window
-            )
-            if retries + 1 > allowance:
+            if not self.has_room_locked(now):
                 return False
-            current[2] += 1
+            self._bucket(now)[2] += 1
             return True

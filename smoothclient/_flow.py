@@ -1,0 +1,367 @@
+"""
+One logical call as a generator of actions, shared by every edge (sync and async alike).
+
+The generator yields :data:`SEND` (send the request and send back a :class:`Reply` or
+:class:`Failure`), :class:`Sleep` (wait that long) or :data:`DISCARD` (close the last response,
+its connection goes back to the pool).  It returns a :class:`CallRecord`; the edge then returns
+the last response or raises the last exception.  It does no I/O: the edges send and sleep.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from . import testing
+from ._core import CallState, ErrorKind, GiveUp, Outcome, Retry, RetryEvent, decide
+from ._errors import RateLimited
+from .hints import read_hints
+from .pacer import Pacer
+from .policy import RetryPolicy
+
+__all__ = [
+    "DISCARD",
+    "SEND",
+    "CallFlow",
+    "CallRecord",
+    "Failure",
+    "Finished",
+    "Reply",
+    "Sleep",
+    "describe",
+    "drive",
+    "drive_async",
+    "origin_key",
+]
+
+log = logging.getLogger("smoothclient")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds``."""
+
+    seconds: float
+
+
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+SEND = _Marker("SEND")
+DISCARD = _Marker("DISCARD")
+Action = Sleep | _Marker
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The edge got a response."""
+
+    status: int
+    headers: Mapping[str, str] | Any
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The edge got an exception; ``sent`` False when the request surely never left."""
+
+    kind: ErrorKind
+    sent: bool
+    exception: BaseException | None = None
+
+
+@dataclass
+class CallRecord:
+    """What happened during one logical call (attached to the final response)."""
+
+    attempts: int = 0
+    waits: list[float] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    gave_up: str | None = None
+
+    @property
+    def total_wait(self) -> float:
+        """Seconds spent waiting (pacer slots and backoff)."""
+        return sum(self.waits)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain dict for ``response.extensions`` and logs."""
+        return {
+            "attempts": self.attempts,
+            "waits": list(self.waits),
+            "total_wait": self.total_wait,
+            "reasons": list(self.reasons),
+            "gave_up": self.gave_up,
+        }
+
+
+class CallFlow:
+    """The retry loop of one logical call, as a generator of actions."""
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        pacer: Pacer,
+        origin: str,
+        *,
+        method: str,
+        has_idempotency_key: bool,
+        replayable: bool,
+        rng: random.Random,
+        describe: str,
+    ) -> None:
+        """Prepare one logical call; nothing happens until :meth:`run` is driven."""
+        mode = testing.current()
+        if mode is not None:
+            policy = policy.replace(attempts=min(policy.attempts, mode.attempts))
+        self.no_wait = mode is not None
+        self.policy = policy
+        self.pacer = pacer
+        self.origin = origin
+        self.method = method.upper()
+        self.has_key = has_idempotency_key
+        self.replayable = replayable
+        self.rng = rng
+        self.describe = describe
+        self.record = CallRecord()
+
+    def _sleep(self, seconds: float) -> Sleep:
+        self.record.waits.append(seconds)
+        return Sleep(0.0 if self.no_wait else seconds)
+
+    def run(self) -> Generator[Action, Reply | Failure | None, CallRecord]:
+        """Drive the call: yield actions, receive replies, return the record."""
+        policy, pacer, clock = self.policy, self.pacer, self.pacer.clock
+        started = clock()
+        deadline = None if policy.timeout is None else started + policy.timeout
+        state = CallState(started, self.method, self.has_key, self.replayable)
+        not_before = started
+        while True:
+            granted = yield from self._admit(not_before, deadline)
+            if not granted:
+                return self.record
+            sent_at = clock()
+            pacer.sent(self.origin)
+            pacer.record_attempt(self.origin, policy.budget, sent_at)
+            self.record.attempts += 1
+            try:
+                result = yield SEND
+            except BaseException:  # the edge gave up mid-send (cancelled, unexpected error)
+                pacer.failed(self.origin)
+                raise
+            decision, outcome = self._decide(state, result, sent_at)
+            if isinstance(decision, GiveUp):
+                if not decision.final:
+                    self.record.gave_up = decision.reason
+                    log.debug("%s: giving up: %s", self.describe, decision.reason)
+                return self.record
+            self._announce(state, decision, outcome, result)
+            yield DISCARD
+            not_before = clock() + decision.delay
+            state = state.next(decision.delay)
+
+    def _admit(
+        self, not_before: float, deadline: float | None
+    ) -> Generator[Action, Reply | Failure | None, bool]:
+        """Wait for the pacer's slot; False when it lies beyond the deadline."""
+        while True:
+            now = self.pacer.clock()
+            admission = self.pacer.acquire(
+                self.origin, now, not_before=not_before, deadline=deadline
+            )
+            if not admission.granted:
+                return self._refused(admission.delay)
+            if admission.final:
+                break
+            yield self._sleep(admission.delay)
+        if admission.delay > 0:
+            try:
+                yield self._sleep(admission.delay)
+            except BaseException:
+                self.pacer.cancel(self.origin)
+                raise
+        return True
+
+    def _refused(self, delay: float) -> bool:
+        reason = f"the origin admits no request for {delay:.3g} s, past the deadline"
+        if self.record.attempts == 0:
+            raise RateLimited(f"{self.describe}: {reason}", retry_after=delay)
+        self.record.gave_up = reason
+        return False
+
+    def _decide(
+        self, state: CallState, result: Reply | Failure | None, sent_at: float
+    ) -> tuple[Retry | GiveUp, Outcome]:
+        pacer, policy = self.pacer, self.policy
+        now = pacer.clock()
+        if isinstance(result, Reply):
+            hints = read_hints(result.headers)
+            pacer.observe(self.origin, result.status, hints, now, sent_at=sent_at)
+            outcome = Outcome.from_status(result.status, hints)
+        elif isinstance(result, Failure):
+            pacer.failed(self.origin)
+            outcome = Outcome.from_error(result.kind, sent=result.sent)
+        else:  # pragma: no cover - edges always send a result
+            msg = "the edge sent no result for SEND"
+            raise TypeError(msg)
+        decision = decide(
+            policy,
+            state,
+            outcome,
+            now=now,
+            rng=self.rng,
+            cohort=pacer.cohort(self.origin, now),
+            budget_ok=pacer.budget_has_room(self.origin, policy.budget, now),
+        )
+        if isinstance(decision, Retry):
+            pacer.budget_take(self.origin, policy.budget, now)
+        return decision, outcome
+
+    def _announce(
+        self, state: CallState, decision: Retry, outcome: Outcome, result: Reply | Failure | None
+    ) -> None:
+        self.record.reasons.append(decision.reason)
+        log.debug(
+            "%s: attempt %d: %s; retrying in %.3f s (window %.3f-%.3f s)",
+            self.describe,
+            state.attempt,
+            decision.reason,
+            decision.delay,
+            *decision.window,
+        )
+        hook = self.policy.on_retry
+        if hook is not None:
+            hook(
+                RetryEvent(
+                    origin=self.origin,
+                    attempt=state.attempt,
+                    delay=decision.delay,
+                    reason=decision.reason,
+                    status=outcome.status,
+                    exception=result.exception if isinstance(result, Failure) else None,
+                    window=decision.window,
+                )
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Finished(Generic[R]):
+    """How a driven call ended: the last response (or ``None``), the last error, the record."""
+
+    response: R | None
+    error: Exception | None
+    record: CallRecord
+
+    def unwrap(self) -> R:
+        """Return the last response, or raise the last error."""
+        if self.response is None:
+            assert self.error is not None
+            record = self.record
+            self.error.add_note(
+                f"smoothclient: {record.attempts} attempt(s), waited {record.total_wait:.3f} s"
+                + (f"; gave up: {record.gave_up}" if record.gave_up else "")
+            )
+            self.error.smoothclient = record.as_dict()  # type: ignore[attr-defined]
+            raise self.error
+        return self.response
+
+
+def origin_key(scheme: str, host: str, port: int | None) -> str:
+    """``scheme://host:port`` with the default port filled in: the pacer's origin key."""
+    scheme = scheme.lower()
+    if port is None:
+        port = 443 if scheme in ("https", "wss") else 80
+    return f"{scheme}://{host.lower()}:{port}"
+
+
+def describe(method: str, origin: str, path: str) -> str:
+    """``GET https://host:443/path`` for logs: never the query string or credentials."""
+    return f"{method.upper()} {origin}{path.split('?', 1)[0]}"
+
+
+def drive(
+    flow: CallFlow,
+    send: Callable[[], R],
+    reply_of: Callable[[R], Reply],
+    failure_of: Callable[[Exception], Failure | None],
+    discard: Callable[[R], None],
+    sleep: Callable[[float], object],
+) -> Finished[R]:
+    """Run ``flow`` synchronously; return the last response or exception and the record."""
+    gen = flow.run()
+    last: R | None = None
+    error: Exception | None = None
+    try:
+        action = next(gen)
+        while True:
+            if action is SEND:
+                try:
+                    last, error = send(), None
+                    result: Reply | Failure = reply_of(last)
+                except Exception as exc:
+                    failure = failure_of(exc)
+                    if failure is None:
+                        raise
+                    last, error, result = None, exc, failure
+                action = gen.send(result)
+            elif action is DISCARD:
+                if last is not None:
+                    discard(last)
+                action = next(gen)
+            else:
+                assert isinstance(action, Sleep)
+                sleep(action.seconds)
+                action = next(gen)
+    except StopIteration as stop:
+        return Finished(last, error, stop.value)
+    finally:
+        gen.close()
+
+
+async def drive_async(
+    flow: CallFlow,
+    send: Callable[[], Awaitable[R]],
+    reply_of: Callable[[R], Reply],
+    failure_of: Callable[[Exception], Failure | None],
+    discard: Callable[[R], Awaitable[None]],
+    sleep: Callable[[float], Awaitable[object]],
+) -> Finished[R]:
+    """Async twin of :func:`drive`."""
+    gen = flow.run()
+    last: R | None = None
+    error: Exception | None = None
+    try:
+        action = next(gen)
+        while True:
+            if action is SEND:
+                try:
+                    last, error = await send(), None
+                    result: Reply | Failure = reply_of(last)
+                except Exception as exc:
+                    failure = failure_of(exc)
+                    if failure is None:
+                        raise
+                    last, error, result = None, exc, failure
+                action = gen.send(result)
+            elif action is DISCARD:
+                if last is not None:
+                    await discard(last)
+                action = next(gen)
+            else:
+                assert isinstance(action, Sleep)
+                await sleep(action.seconds)
+                action = next(gen)
+    except StopIteration as stop:
+        return Finished(last, error, stop.value)
+    finally:
+        gen.close()

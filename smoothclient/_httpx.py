@@ -1,0 +1,214 @@
+"""
+httpx transports: :class:`SmoothTransport` and :class:`AsyncSmoothTransport`.
+
+Each wraps a real transport (default: a new ``httpx.HTTPTransport()`` /
+``httpx.AsyncHTTPTransport()``) and drives the shared call flow: pacer admission, send,
+hints from every response, the retry decision, closing the failed response, the wait.
+
+>>> import httpx, smoothclient
+>>> client = httpx.Client(transport=smoothclient.SmoothTransport())
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import anyio
+import httpx
+
+from ._core import ErrorKind
+from ._flow import CallFlow, Failure, Reply, describe, drive, drive_async, origin_key
+from .pacer import Pacer
+from .policy import DEFAULT_POLICY, RetryPolicy
+
+__all__ = ["AsyncSmoothTransport", "SmoothTransport"]
+
+#: Error bodies up to this size are read before closing, so the connection can be reused.
+DRAIN_LIMIT = 64 * 1024
+
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_KINDS: tuple[tuple[type[Exception], ErrorKind], ...] = (
+    (httpx.ConnectError, "connect"),
+    (httpx.ConnectTimeout, "connect"),
+    (httpx.PoolTimeout, "connect"),
+    (httpx.TimeoutException, "timeout"),
+    (httpx.ReadError, "read"),
+    (httpx.WriteError, "write"),
+    (httpx.RemoteProtocolError, "protocol"),
+)
+
+
+def _failure(exc: Exception) -> Failure | None:
+    """Classify an httpx transport error; ``None`` for anything else (re-raised)."""
+    if not isinstance(exc, httpx.TransportError):
+        return None
+    kind: ErrorKind = next((k for t, k in _KINDS if isinstance(exc, t)), "other")
+    return Failure(kind, sent=not isinstance(exc, _NOT_SENT), exception=exc)
+
+
+def _reply(response: httpx.Response) -> Reply:
+    return Reply(response.status_code, response.headers)
+
+
+def _replayable(request: httpx.Request) -> bool:
+    """A request whose body is in memory can be sent again; a streaming generator cannot."""
+    try:
+        request.content  # noqa: B018 - raises RequestNotRead for streaming bodies
+    except httpx.RequestNotRead:
+        return False
+    return True
+
+
+def _small(response: httpx.Response) -> bool:
+    length = response.headers.get("content-length", "")
+    return length.isascii() and length.isdigit() and int(length) <= DRAIN_LIMIT
+
+
+class _Base:
+    """What the sync and async transports share: configuration and the flow factory."""
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy | None,
+        pacer: Pacer | None,
+        rng: random.Random | None,
+    ) -> None:
+        if policy is not None and not isinstance(policy, RetryPolicy):
+            msg = f"policy must be a RetryPolicy, not {type(policy).__name__}"
+            raise TypeError(msg)
+        if pacer is not None and not isinstance(pacer, Pacer):
+            msg = f"pacer must be a Pacer, not {type(pacer).__name__}"
+            raise TypeError(msg)
+        self.policy = policy or DEFAULT_POLICY
+        self.pacer = pacer or Pacer()
+        self._rng = rng or random.Random()
+
+    def _flow(self, request: httpx.Request) -> CallFlow:
+        url = request.url
+        origin = origin_key(url.scheme, url.host, url.port)
+        key = self.policy.idempotency_header
+        return CallFlow(
+            self.policy,
+            self.pacer,
+            origin,
+            method=request.method,
+            has_idempotency_key=key is not None and key in request.headers,
+            replayable=_replayable(request),
+            rng=self._rng,
+            describe=describe(request.method, origin, url.path),
+        )
+
+
+class SmoothTransport(_Base, httpx.BaseTransport):
+    """
+    An httpx transport that retries with shift-and-widen jitter and paces per origin.
+
+    Args:
+        transport: the transport that really sends (default ``httpx.HTTPTransport()``).
+        policy: the :class:`~smoothclient.RetryPolicy` (default ``DEFAULT_POLICY``).
+        pacer: a :class:`~smoothclient.Pacer` to share with other transports (default: its own).
+        rng: randomness for jitter (default a fresh ``random.Random()``).
+        sleep: how to wait (default ``time.sleep``; tests pass a fake clock's ``sleep``).
+    """
+
+    def __init__(
+        self,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        pacer: Pacer | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        """Wrap ``transport``."""
+        super().__init__(policy=policy, pacer=pacer, rng=rng)
+        self.transport = transport if transport is not None else httpx.HTTPTransport()
+        self._sleep = sleep
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` through the retry flow; return the last response."""
+        done = drive(
+            self._flow(request),
+            partial(self.transport.handle_request, request),
+            _reply,
+            _failure,
+            self._discard,
+            self._sleep,
+        )
+        response = done.unwrap()
+        response.extensions["smoothclient"] = done.record.as_dict()
+        return response
+
+    @staticmethod
+    def _discard(response: httpx.Response) -> None:
+        try:
+            if _small(response):
+                response.read()
+        except httpx.HTTPError:
+            pass
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        """Close the wrapped transport."""
+        self.transport.close()
+
+
+class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
+    """
+    Async twin of :class:`SmoothTransport`; works on asyncio and trio.
+
+    Args:
+        transport: the transport that really sends (default ``httpx.AsyncHTTPTransport()``).
+        policy: the :class:`~smoothclient.RetryPolicy` (default ``DEFAULT_POLICY``).
+        pacer: a :class:`~smoothclient.Pacer`, shareable with sync transports too.
+        rng: randomness for jitter.
+        sleep: an async sleep (default ``anyio.sleep``, which follows the running event loop).
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        pacer: Pacer | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Any] = anyio.sleep,
+    ) -> None:
+        """Wrap ``transport``."""
+        super().__init__(policy=policy, pacer=pacer, rng=rng)
+        self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._sleep = sleep
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` through the retry flow; return the last response."""
+        done = await drive_async(
+            self._flow(request),
+            partial(self.transport.handle_async_request, request),
+            _reply,
+            _failure,
+            self._discard,
+            self._sleep,
+        )
+        response = done.unwrap()
+        response.extensions["smoothclient"] = done.record.as_dict()
+        return response
+
+    @staticmethod
+    async def _discard(response: httpx.Response) -> None:
+        try:
+            if _small(response):
+                await response.aread()
+        except httpx.HTTPError:
+            pass
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.transport.aclose()

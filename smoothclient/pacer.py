@@ -1,0 +1,352 @@
+"""
+:class:`Pacer`: per-origin shared state that keeps a client ahead of the server's limits.
+
+One pacer may serve any number of transports and adapters, from threads and event loops at
+once: every method takes the clock reading explicitly and holds a lock only for a few
+arithmetic steps, never across I/O.  Origins live in a bounded LRU.
+
+For each origin it keeps a mirror of the server's limiter, learned from the headers of every
+response (:func:`smoothclient.read_hints`):
+
+- a **gate**: closed until ``Retry-After`` or an exhausted quota's reset, for everyone;
+- a **pace**: when the server states a rate (``RateLimit-Policy`` ``q/w``, ``X-RateLimit-Limit``
+  over its window) or the remaining quota runs low, requests get *slots* at the admitted rate
+  (the generic cell rate algorithm: a token bucket with the burst the server reports), so a
+  cohort that waited on the gate arrives at the rate the server accepts, not together;
+- a **learned rate** when the server says nothing but throttles: halved on each throttle,
+  grown on success, dropped after a quiet spell;
+- a **probe** on cold start: while the first response from a new origin is outstanding,
+  other concurrent requests wait for it (at most ``probe`` seconds) so they can be paced.
+
+A healthy origin (quota far from exhausted, or no quota at all) gets no delay whatsoever.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ._core import BudgetTracker, CohortView
+from ._validate import positive_int, seconds
+from .hints import Hints
+from .policy import RetryBudget
+
+__all__ = ["Admission", "OriginView", "Pacer"]
+
+#: Below this fraction of the limit, a quota without a stated rate is spread until its reset.
+LOW_WATER = 0.1
+#: Slots are fixed at most this far ahead; later requests ask again when closer, so a rate
+#: learned or updated in the meantime applies to them.
+HORIZON = 0.25
+#: How often a request waiting on a cold-start probe checks again.
+PROBE_POLL = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """
+    The pacer's answer to a request for a slot.
+
+    ``delay``: seconds until the request may go.  ``final`` False means "ask again after
+    ``delay``" (a cold-start probe is outstanding).  ``granted`` False means the slot would
+    fall beyond the caller's deadline and nothing was reserved.
+    """
+
+    delay: float
+    final: bool = True
+    granted: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class OriginView:
+    """A snapshot of one origin's state, for monitoring and tests."""
+
+    origin: str
+    rate: float | None
+    burst: float
+    gate_in: float
+    waiting: int
+    in_flight: int
+    learned: bool
+
+
+@dataclass
+class _Origin:
+    """Mutable per-origin state; every access holds ``lock``."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    known: bool = False
+    probe_until: float | None = None
+    rate: float | None = None  # admitted rate for slots (None: not paced)
+    burst: float = 1.0
+    tat: float = 0.0  # GCRA theoretical arrival time
+    gate: float = 0.0
+    reset_at: float | None = None
+    window_guess: float = 0.0
+    ceiling: float = float("inf")  # the learned rate at the last throttle
+    limit: float | None = None
+    learned: bool = False
+    last_throttle: float = -1e18
+    successes: deque[float] = field(default_factory=deque)
+    waiting: int = 0
+    in_flight: int = 0
+    budgets: dict[RetryBudget, BudgetTracker] = field(default_factory=dict)
+
+    def interval(self) -> float:
+        return 1.0 / self.rate if self.rate else 0.0
+
+
+class Pacer:
+    """
+    Per-origin gates, cohorts and admitted rates, shared safely by threads and event loops.
+
+    Args:
+        max_origins: how many origins to remember (least recently used are forgotten).
+        probe: on cold start, how long concurrent requests wait for the first response of a new
+            origin (0 disables the probe).
+        learned_floor: the lowest learned rate, in req/s.
+        quiet: seconds without throttling after which a learned rate is dropped.
+        clock: a monotonic clock (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_origins: int = 1024,
+        probe: float = 0.25,
+        learned_floor: float = 0.5,
+        quiet: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Create an empty pacer."""
+        self._max_origins = positive_int("max_origins", max_origins)
+        self._probe = seconds("probe", probe)
+        self._floor = seconds("learned_floor", learned_floor, allow_zero=False)
+        self._quiet = seconds("quiet", quiet, allow_zero=False)
+        self.clock = clock
+        self._origins: OrderedDict[str, _Origin] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        """Show how many origins are tracked."""
+        return f"<Pacer origins={len(self._origins)}>"
+
+    def _get(self, origin: str) -> _Origin:
+        with self._lock:
+            state = self._origins.get(origin)
+            if state is None:
+                state = self._origins[origin] = _Origin()
+                while len(self._origins) > self._max_origins:
+                    self._origins.popitem(last=False)
+            else:
+                self._origins.move_to_end(origin)
+            return state
+
+    # ------------------------------------------------------------------ admission
+
+    def acquire(
+        self, origin: str, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        """
+        Reserve a slot for one request to ``origin`` no earlier than ``not_before``.
+
+        A granted final admission counts the request as waiting until :meth:`sent` or
+        :meth:`cancel`.
+        """
+        o = self._get(origin)
+        with o.lock:
+            probing = self._probing(o, now)
+            if probing is not None:
+                return probing
+            at = max(now, not_before, o.gate)
+            if o.rate is not None:
+                at = max(at, o.tat - (o.burst - 1) * o.interval())
+            if deadline is not None and at > deadline:
+                return Admission(at - now, final=True, granted=False)
+            if at - now > HORIZON:
+                # too far ahead to fix a slot: the rate may change before then; ask again
+                return Admission(at - now - HORIZON / 2, final=False)
+            if o.rate is not None:
+                o.tat = max(o.tat, at) + o.interval()
+            o.waiting += 1
+            return Admission(at - now)
+
+    def _probing(self, o: _Origin, now: float) -> Admission | None:
+        if o.known or self._probe == 0:
+            return None
+        if o.probe_until is None:
+            o.probe_until = now + self._probe
+            return None  # this request is the probe
+        if now >= o.probe_until:
+            o.known = True
+            return None
+        return Admission(min(PROBE_POLL, o.probe_until - now), final=False)
+
+    def sent(self, origin: str) -> None:
+        """A request that was admitted is now on the wire."""
+        o = self._get(origin)
+        with o.lock:
+            o.waiting = max(0, o.waiting - 1)
+            o.in_flight += 1
+
+    def cancel(self, origin: str) -> None:
+        """A request that was admitted will not be sent (cancelled, gave up)."""
+        o = self._get(origin)
+        with o.lock:
+            o.waiting = max(0, o.waiting - 1)
+
+    def failed(self, origin: str) -> None:
+        """A request on the wire ended without a response (a transport error)."""
+        o = self._get(origin)
+        with o.lock:
+            o.in_flight = max(0, o.in_flight - 1)
+            o.known = True
+
+    # ------------------------------------------------------------------ learning
+
+    def observe(
+        self, origin: str, status: int, hints: Hints, now: float, *, sent_at: float | None = None
+    ) -> None:
+        """
+        Learn from one response (every response, successes included).
+
+        ``sent_at`` (when the request went out) keeps a learned rate from being cut again by
+        throttles of requests sent before the last cut.
+        """
+        o = self._get(origin)
+        with o.lock:
+            if status < 400:
+                o.successes.append(now)
+                while o.successes and o.successes[0] < now - 1.0:
+                    o.successes.popleft()
+            o.in_flight = max(0, o.in_flight - 1)
+            o.known = True
+            throttled = status == 429 or (status == 503 and hints.retry_after is not None)
+            throttled = throttled or (status == 403 and hints.exhausted)
+            if hints.retry_after is not None and status >= 300:
+                o.gate = max(o.gate, now + hints.retry_after)
+            if hints.remaining is not None and hints.unit == "requests":
+                self._quota(o, hints, now, throttled=throttled)
+            elif hints.exhausted and hints.reset_after is not None:
+                o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
+            elif throttled:
+                if sent_at is None or sent_at > o.last_throttle:
+                    self._throttled(o, now)
+            elif o.learned:
+                self._recovered(o, now)
+
+    def _quota(self, o: _Origin, hints: Hints, now: float, *, throttled: bool) -> None:
+        """
+        Mirror the server's quota: rate, burst and the tokens it says are left.
+
+        An exhausted quota closes the gate until its reset only on a throttled response: a
+        token bucket often reports 0 left on a success while admitting the full rate, and its
+        whole-second reset would stall a well-paced client.
+        """
+        assert hints.remaining is not None
+        o.learned = False
+        o.limit = hints.limit
+        available = hints.remaining - o.in_flight
+        if hints.reset_after is not None:
+            o.reset_at = now + hints.reset_after
+        if hints.reset_after is not None and hints.window is None:
+            o.window_guess = max(o.window_guess, hints.reset_after)
+        limit, window = hints.limit, hints.window or o.window_guess
+        if limit and window:
+            # mirror the server's bucket: refill at limit / window (stated, or over the
+            # longest time-to-reset seen), burst up to what the server has said is left
+            o.rate = limit / window
+            o.burst = max(1.0, min(limit, max(o.burst, hints.remaining)))
+        elif hints.remaining < 1 and o.reset_at is not None:
+            o.rate = 1.0 / max(o.reset_at - now, 0.001)
+            o.burst = 1.0
+        else:
+            o.rate = None
+        if throttled and hints.remaining <= 0 and hints.reset_after is not None:
+            o.gate = max(o.gate, now + hints.reset_after)
+        if o.rate is not None:
+            tokens = available - o.waiting
+            o.tat = now + (o.burst - tokens) * o.interval()
+
+    def _throttled(self, o: _Origin, now: float) -> None:
+        """Multiplicative decrease of a learned rate (the server said nothing but 429)."""
+        o.last_throttle = now
+        if not o.learned or o.rate is None:
+            recent = sum(1 for t in o.successes if t >= now - 1.0)
+            if recent == 0:
+                return  # no evidence of any admitted rate yet: leave it to jittered backoff
+            o.rate = max(self._floor, float(recent))
+        else:
+            o.ceiling = o.rate
+            o.rate = max(self._floor, o.rate * 0.7)
+        o.learned = True
+        o.burst = 1.0
+        o.tat = max(o.tat, now)
+
+    def _recovered(self, o: _Origin, now: float) -> None:
+        if now - o.last_throttle > self._quiet:
+            o.learned = False
+            o.rate = None
+        elif o.rate is not None:
+            # grow fast far below the rate that was last throttled, slowly close to it
+            # (per second: about x1.65 far below it, x1.05 close to it, whatever the rate)
+            gain = 0.5 if o.rate < 0.85 * o.ceiling else 0.05
+            o.rate *= 1 + gain / o.rate
+
+    # ------------------------------------------------------------------ views
+
+    def cohort(self, origin: str, now: float) -> CohortView:
+        """What the retry core needs: waiting requests, admitted rate, gate."""
+        o = self._get(origin)
+        with o.lock:
+            return CohortView(
+                waiting=o.waiting + 1,
+                admitted_rate=o.rate,
+                opens_in=max(0.0, o.gate - now),
+                paced=o.rate is not None,
+            )
+
+    def budget_has_room(self, origin: str, budget: RetryBudget | None, now: float) -> bool:
+        """Whether the origin's retry budget has room for one more retry (True without one)."""
+        return budget is None or self._tracker(origin, budget).has_room(now)
+
+    def budget_take(self, origin: str, budget: RetryBudget | None, now: float) -> None:
+        """Count one retry against the origin's budget."""
+        if budget is not None:
+            self._tracker(origin, budget).record_retry(now)
+
+    def record_attempt(self, origin: str, budget: RetryBudget | None, now: float) -> None:
+        """Count one attempt toward the origin's retry budget."""
+        if budget is not None:
+            self._tracker(origin, budget).record_request(now)
+
+    def _tracker(self, origin: str, budget: RetryBudget) -> BudgetTracker:
+        o = self._get(origin)
+        with o.lock:
+            tracker = o.budgets.get(budget)
+            if tracker is None:
+                tracker = o.budgets[budget] = BudgetTracker(budget)
+            return tracker
+
+    def view(self, origin: str) -> OriginView:
+        """A snapshot of ``origin``'s state."""
+        o = self._get(origin)
+        now = self.clock()
+        with o.lock:
+            return OriginView(
+                origin,
+                o.rate,
+                o.burst,
+                max(0.0, o.gate - now),
+                o.waiting,
+                o.in_flight,
+                o.learned,
+            )
+
+    def origins(self) -> list[str]:
+        """The origins currently remembered, least recently used first."""
+        with self._lock:
+            return list(self._origins)
