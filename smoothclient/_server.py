@@ -10,7 +10,8 @@ headers of the chosen ``style``:
 - ``"none"``: bare 429s.
 
 Paths: ``/free`` is never limited; ``/retry-after/N`` always answers 429 with ``Retry-After: N``;
-``/status/N`` answers status N; anything else goes through the bucket.  Every request is logged
+``/status/N`` answers status N; ``/flaky/ID`` answers 503 the first time for each ID, then 200;
+anything else goes through the bucket.  Every request is logged
 (time, path, status) in :attr:`LimitedServer.log`.
 """
 
@@ -68,6 +69,7 @@ class Arrival:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as two writes
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -117,6 +119,7 @@ class LimitedServer:
         self.rate, self.burst, self.style = rate, burst, style
         self.bucket = TokenBucket(rate, burst)
         self.log: list[Arrival] = []
+        self._seen: set[str] = set()
         self._log_lock = threading.Lock()
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -177,6 +180,11 @@ class LimitedServer:
             return 429, [("Retry-After", path.rsplit("/", 1)[1])]
         if path.startswith("/status/"):
             return int(path.rsplit("/", 1)[1]), []
+        if path.startswith("/flaky/"):
+            with self._log_lock:
+                first = path not in self._seen
+                self._seen.add(path)
+            return (503 if first else 200), []
         admitted, tokens, wait = self.bucket.take(now)
         headers = self._headers(tokens, wait)
         if not admitted and self.style != "none":

@@ -30,3 +30,8 @@ def _no_testing_mode() -> Iterator[None]:
     testing.set_testing(False)
     yield
     testing.set_testing(False)
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)

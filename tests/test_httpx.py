@@ -1,0 +1,269 @@
+"""httpx transports with respx mocks, a fake clock and a seeded RNG (no real sleeping)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import respx
+
+from smoothclient import (
+    AsyncSmoothTransport,
+    Pacer,
+    RetryEvent,
+    RetryPolicy,
+    SmoothTransport,
+    testing,
+)
+from smoothclient.testing import FakeClock
+
+URL = "https://api.test/items"
+
+
+def make(clock: FakeClock, policy: RetryPolicy | None = None, **kw: object) -> httpx.Client:
+    pacer = Pacer(clock=clock, probe=0)
+    transport = SmoothTransport(
+        policy=policy,
+        pacer=pacer,
+        sleep=clock.sleep,
+        rng=random.Random(0),
+        **kw,  # type: ignore[arg-type]
+    )
+    return httpx.Client(transport=transport)
+
+
+@pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    with respx.mock(assert_all_called=False) as router:
+        yield router
+
+
+def test_retries_then_succeeds(mock: respx.MockRouter, clock: FakeClock) -> None:
+    mock.get(URL).side_effect = [httpx.Response(503), httpx.Response(502), httpx.Response(200)]
+    with make(clock) as client:
+        r = client.get(URL)
+    assert r.status_code == 200
+    record = r.extensions["smoothclient"]
+    assert record["attempts"] == 3
+    assert record["reasons"] == ["status 503", "status 502"]
+    assert record["gave_up"] is None
+    assert len(clock.sleeps) == 2
+    assert clock.sleeps[0] <= 0.1
+    assert clock.sleeps[1] <= 0.2
+
+
+def test_gives_up_with_the_last_response(mock: respx.MockRouter, clock: FakeClock) -> None:
+    mock.get(URL).side_effect = [httpx.Response(503)] * 3
+    with make(clock, RetryPolicy(attempts=3)) as client:
+        r = client.get(URL)
+    assert r.status_code == 503
+    assert r.extensions["smoothclient"]["attempts"] == 3
+    assert "3 attempts" in r.extensions["smoothclient"]["gave_up"]
+
+
+def test_retry_after_is_honoured(mock: respx.MockRouter, clock: FakeClock) -> None:
+    mock.get(URL).side_effect = [
+        httpx.Response(429, headers={"Retry-After": "7"}),
+        httpx.Response(200),
+    ]
+    with make(clock) as client:
+        r = client.get(URL)
+    assert r.status_code == 200
+    assert sum(clock.sleeps) >= 7.0
+    assert sum(clock.sleeps) <= 7.1 + 1e-9
+
+
+def test_long_retry_after_returns_at_once(mock: respx.MockRouter, clock: FakeClock) -> None:
+    """A server asking for an hour gets its 429 back immediately, not a sleep."""
+    mock.get(URL).side_effect = [httpx.Response(429, headers={"Retry-After": "3600"})]
+    with make(clock) as client:
+        r = client.get(URL)
+    assert r.status_code == 429
+    assert clock.sleeps == []
+    assert "max_retry_after" in r.extensions["smoothclient"]["gave_up"]
+
+
+def test_deadline_caps_every_wait(mock: respx.MockRouter, clock: FakeClock) -> None:
+    mock.get(URL).side_effect = [httpx.Response(503, headers={"Retry-After": "3"})] * 10
+    with make(clock, RetryPolicy(attempts=10, timeout=5.0)) as client:
+        r = client.get(URL)
+    assert r.status_code == 503
+    assert sum(clock.sleeps) <= 5.0
+    assert "deadline" in r.extensions["smoothclient"]["gave_up"]
+
+
+def test_post_not_retried_after_it_may_have_been_sent(
+    mock: respx.MockRouter, clock: FakeClock
+) -> None:
+    route = mock.post(URL)
+    route.side_effect = [httpx.ReadTimeout("slow"), httpx.Response(200)]
+    with make(clock) as client, pytest.raises(httpx.ReadTimeout) as info:
+        client.post(URL, content=b"x")
+    assert route.call_count == 1
+    assert info.value.smoothclient["attempts"] == 1  # type: ignore[attr-defined]
+    assert any("smoothclient: 1 attempt" in n for n in info.value.__notes__)
+
+
+def test_post_retried_when_connect_failed(mock: respx.MockRouter, clock: FakeClock) -> None:
+    route = mock.post(URL)
+    route.side_effect = [httpx.ConnectError("refused"), httpx.Response(201)]
+    with make(clock) as client:
+        assert client.post(URL, content=b"x").status_code == 201
+    assert route.call_count == 2
+
+
+def test_post_with_idempotency_key(mock: respx.MockRouter, clock: FakeClock) -> None:
+    route = mock.post(URL)
+    route.side_effect = [httpx.Response(503), httpx.Response(201)]
+    with make(clock) as client:
+        r = client.post(URL, content=b"x", headers={"Idempotency-Key": "abc"})
+    assert r.status_code == 201
+
+
+def test_streaming_body_is_never_replayed(mock: respx.MockRouter, clock: FakeClock) -> None:
+    route = mock.put(URL)
+    route.side_effect = [httpx.Response(503), httpx.Response(200)]
+
+    def body() -> Iterator[bytes]:
+        yield b"chunk"
+
+    with make(clock) as client:
+        r = client.put(URL, content=body())
+    assert r.status_code == 503
+    assert route.call_count == 1
+    assert "replayed" in r.extensions["smoothclient"]["gave_up"]
+
+
+def test_transport_errors_retried_then_raised(mock: respx.MockRouter, clock: FakeClock) -> None:
+    mock.get(URL).side_effect = httpx.ConnectError("refused")
+    with make(clock, RetryPolicy(attempts=3)) as client, pytest.raises(httpx.ConnectError):
+        client.get(URL)
+    assert len(clock.sleeps) == 2
+
+
+def test_other_exceptions_propagate(mock: respx.MockRouter, clock: FakeClock) -> None:
+    mock.get(URL).side_effect = RuntimeError("bug")
+    with make(clock) as client, pytest.raises(RuntimeError):
+        client.get(URL)
+
+
+def test_on_retry_hook_and_log_without_secrets(
+    mock: respx.MockRouter, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[RetryEvent] = []
+    mock.get(URL).side_effect = [httpx.Response(503), httpx.Response(200)]
+    policy = RetryPolicy(on_retry=events.append)
+    with caplog.at_level(logging.DEBUG, logger="smoothclient"), make(clock, policy) as client:
+        client.get(
+            "https://user:pw@api.test/items?token=s3cret",
+            headers={"Authorization": "Bearer s3cret"},
+        )
+    assert [(e.origin, e.attempt, e.status, e.reason) for e in events] == [
+        ("https://api.test:443", 1, 503, "status 503")
+    ]
+    assert "GET https://api.test:443/items: attempt 1: status 503" in caplog.text
+    assert "s3cret" not in caplog.text
+    assert "pw" not in caplog.text
+
+
+def test_testing_mode_never_waits(mock: respx.MockRouter, clock: FakeClock) -> None:
+    route = mock.get(URL)
+    route.side_effect = [httpx.Response(429, headers={"Retry-After": "30"})] * 5
+    with testing.testing_mode(attempts=2), make(clock) as client:
+        r = client.get(URL)
+    assert r.status_code == 429
+    assert route.call_count == 2
+    assert clock.sleeps == [0.0]
+
+
+def test_failed_response_is_closed_before_waiting(clock: FakeClock) -> None:
+    responses: list[httpx.Response] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        r = httpx.Response(503 if not responses else 200, content=b"busy")
+        responses.append(r)
+        return r
+
+    transport = SmoothTransport(
+        httpx.MockTransport(handler), pacer=Pacer(clock=clock, probe=0), sleep=clock.sleep
+    )
+    with httpx.Client(transport=transport) as client:
+        client.get(URL)
+    assert responses[0].is_closed
+
+
+def test_shared_pacer_gates_other_transports(clock: FakeClock) -> None:
+    """A Retry-After seen by one transport holds back another sharing the pacer."""
+    pacer = Pacer(clock=clock, probe=0)
+    calls: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(clock())
+        if len(calls) == 1:
+            return httpx.Response(429, headers={"Retry-After": "2"})
+        return httpx.Response(200)
+
+    a = SmoothTransport(
+        httpx.MockTransport(handler), pacer=pacer, sleep=clock.sleep, policy=RetryPolicy(attempts=1)
+    )
+    b = SmoothTransport(httpx.MockTransport(handler), pacer=pacer, sleep=clock.sleep)
+    with httpx.Client(transport=a) as ca, httpx.Client(transport=b) as cb:
+        assert ca.get(URL).status_code == 429
+        assert cb.get(URL).status_code == 200
+    assert calls[1] - calls[0] >= 2.0
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(TypeError, match="policy"):
+        SmoothTransport(policy=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="pacer"):
+        AsyncSmoothTransport(pacer="p")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_async_retries(clock: FakeClock) -> None:
+    calls = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        return httpx.Response(503 if calls < 3 else 200, headers={"Retry-After": "1"})
+
+    transport = AsyncSmoothTransport(
+        httpx.MockTransport(handler),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.async_sleep,
+        rng=random.Random(1),
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        r = await client.get(URL)
+    assert r.status_code == 200
+    assert r.extensions["smoothclient"]["attempts"] == 3
+    assert sum(clock.sleeps) >= 2.0  # two retries, each at least Retry-After
+
+
+@pytest.mark.anyio
+async def test_async_errors_raise(clock: FakeClock) -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadError("reset")
+
+    transport = AsyncSmoothTransport(
+        httpx.MockTransport(handler),
+        policy=RetryPolicy(attempts=2),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.async_sleep,
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(httpx.ReadError):
+            await client.get(URL)
+    assert len(clock.sleeps) == 1
+
+
+def test_default_inner_transports_and_close() -> None:
+    sync = SmoothTransport()
+    assert isinstance(sync.transport, httpx.HTTPTransport)
+    sync.close()
+    assert isinstance(AsyncSmoothTransport().transport, httpx.AsyncHTTPTransport)

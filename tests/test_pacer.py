@@ -1,0 +1,214 @@
+"""The pacer: gates, paced slots, learned rates, probes; all with explicit clock readings."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+
+from smoothclient import Hints, Pacer, RetryBudget
+
+ORIGIN = "http://api.test:80"
+
+
+def admit(p: Pacer, now: float, **kw: float) -> float:
+    a = p.acquire(ORIGIN, now, **kw)
+    assert a.final
+    assert a.granted
+    p.sent(ORIGIN)
+    return a.delay
+
+
+def known(p: Pacer, now: float = 0.0, hints: Hints | None = None, status: int = 200) -> None:
+    """Finish the cold-start probe with one response."""
+    assert p.acquire(ORIGIN, now).final
+    p.sent(ORIGIN)
+    p.observe(ORIGIN, status, hints or Hints(), now)
+
+
+def test_healthy_origin_adds_no_delay() -> None:
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=4999, limit=5000, reset_after=3000))
+    assert [admit(p, 1.0) for _ in range(100)] == [0.0] * 100
+
+
+def test_cold_start_probe() -> None:
+    """While the first request is out, others poll; after its response they go."""
+    p = Pacer(probe=0.25)
+    assert p.acquire(ORIGIN, 0.0).delay == 0.0  # the probe
+    p.sent(ORIGIN)
+    waiting = p.acquire(ORIGIN, 0.001)
+    assert not waiting.final
+    assert 0 < waiting.delay <= 0.005
+    p.observe(ORIGIN, 200, Hints(), 0.002)
+    assert p.acquire(ORIGIN, 0.003).final
+
+
+def test_probe_times_out() -> None:
+    p = Pacer(probe=0.25)
+    p.acquire(ORIGIN, 0.0)
+    p.sent(ORIGIN)
+    assert not p.acquire(ORIGIN, 0.1).final
+    assert p.acquire(ORIGIN, 0.3).final
+
+
+def test_stated_rate_paces_after_the_burst() -> None:
+    """q=10;w=1 with 4 left: 4 go now, the rest at 0.1 s intervals."""
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=4, limit=10, window=1.0, reset_after=1.0))
+    delays = []
+    now = 0.0
+    for _ in range(10):
+        a = p.acquire(ORIGIN, now)
+        while not a.final:  # beyond the horizon: ask again later
+            now += a.delay
+            a = p.acquire(ORIGIN, now)
+        delays.append(round(now + a.delay, 6))
+    assert delays[:4] == [0.0] * 4
+    gaps = [round(b - a, 6) for a, b in itertools.pairwise(delays)]
+    assert gaps == [0.1] * 6
+
+
+def test_retry_after_gates_everyone() -> None:
+    p = Pacer(probe=0)
+    known(p)
+    p.acquire(ORIGIN, 0.0)
+    p.sent(ORIGIN)
+    p.observe(ORIGIN, 429, Hints(retry_after=5.0), 0.0)
+    a = p.acquire(ORIGIN, 0.0)
+    assert not a.final  # 5 s away: beyond the horizon
+    assert p.acquire(ORIGIN, 4.9).delay == pytest.approx(0.1)
+    assert p.cohort(ORIGIN, 1.0).opens_in == pytest.approx(4.0)
+
+
+def test_exhausted_throttle_gates_until_reset() -> None:
+    p = Pacer(probe=0)
+    known(p)
+    p.acquire(ORIGIN, 0.0)
+    p.sent(ORIGIN)
+    p.observe(ORIGIN, 429, Hints(remaining=0, limit=5000, reset_after=60.0), 0.0)
+    assert p.cohort(ORIGIN, 0.0).opens_in == 60.0
+
+
+def test_exhausted_success_does_not_gate() -> None:
+    """A token bucket reports 0 left on a success; the mirror paces, the gate stays open."""
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=0, limit=10, window=1.0, reset_after=1.0))
+    assert p.cohort(ORIGIN, 0.0).opens_in == 0.0
+    assert p.acquire(ORIGIN, 0.0).delay == pytest.approx(0.1)
+
+
+def test_deadline_refuses_without_reserving() -> None:
+    p = Pacer(probe=0)
+    known(p)
+    p.acquire(ORIGIN, 0.0)
+    p.sent(ORIGIN)
+    p.observe(ORIGIN, 503, Hints(retry_after=30.0), 0.0)
+    a = p.acquire(ORIGIN, 0.0, deadline=5.0)
+    assert not a.granted
+    assert p.view(ORIGIN).waiting == 0
+
+
+def test_learned_rate_without_headers() -> None:
+    """Throttles with no quota headers: start at the recent success rate, cut, then grow."""
+    p = Pacer(probe=0)
+    for i in range(5):
+        known(p, now=0.01 * i)
+    for _ in range(3):
+        p.acquire(ORIGIN, 0.1)
+        p.sent(ORIGIN)
+    p.observe(ORIGIN, 429, Hints(retry_after=1.0), 0.1, sent_at=0.05)
+    assert p.view(ORIGIN).rate == 5.0
+    assert p.view(ORIGIN).learned
+    p.observe(ORIGIN, 429, Hints(retry_after=1.0), 0.1, sent_at=0.05)  # same wave: no second cut
+    assert p.view(ORIGIN).rate == 5.0
+    p.observe(ORIGIN, 429, Hints(retry_after=1.0), 0.5, sent_at=0.2)
+    assert p.view(ORIGIN).rate == pytest.approx(3.5)
+    p.acquire(ORIGIN, 2.0)
+    p.sent(ORIGIN)
+    p.observe(ORIGIN, 200, Hints(), 2.0)
+    assert p.view(ORIGIN).rate == pytest.approx(3.5 * (1 + 0.5 / 3.5))
+    p.acquire(ORIGIN, 40.0)
+    p.sent(ORIGIN)
+    p.observe(ORIGIN, 200, Hints(), 40.0)  # a quiet spell: pacing dropped
+    assert p.view(ORIGIN).rate is None
+
+
+def test_throttle_without_evidence_leaves_it_to_backoff() -> None:
+    p = Pacer(probe=0)
+    p.acquire(ORIGIN, 0.0)
+    p.sent(ORIGIN)
+    p.observe(ORIGIN, 503, Hints(retry_after=1.0), 0.0)
+    assert p.view(ORIGIN).rate is None
+
+
+def test_cohort_counts_waiting_requests() -> None:
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=0, limit=10, window=1.0))
+    p.acquire(ORIGIN, 0.0)
+    p.acquire(ORIGIN, 0.0)
+    view = p.cohort(ORIGIN, 0.0)
+    assert (view.waiting, view.admitted_rate, view.paced) == (3, 10.0, True)
+    p.cancel(ORIGIN)
+    p.sent(ORIGIN)
+    assert p.view(ORIGIN).waiting == 0
+    assert p.view(ORIGIN).in_flight == 1
+
+
+def test_other_unit_exhausted_gates() -> None:
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=0, reset_after=2.0, unit="tokens"))
+    assert p.cohort(ORIGIN, 0.0).opens_in == 2.0
+
+
+def test_lru_bounds_memory() -> None:
+    p = Pacer(max_origins=3)
+    for i in range(10):
+        p.acquire(f"http://h{i}:80", 0.0)
+    assert p.origins() == ["http://h7:80", "http://h8:80", "http://h9:80"]
+    assert "origins=3" in repr(p)
+
+
+def test_budget() -> None:
+    p = Pacer()
+    budget = RetryBudget(ratio=0.0, min_per_second=0.2, window=10)
+    assert p.budget_has_room(ORIGIN, None, 0.0)
+    p.record_attempt(ORIGIN, budget, 0.0)
+    assert p.budget_has_room(ORIGIN, budget, 0.0)
+    p.budget_take(ORIGIN, budget, 0.0)
+    p.budget_take(ORIGIN, budget, 0.0)
+    assert not p.budget_has_room(ORIGIN, budget, 0.0)
+
+
+def test_validation() -> None:
+    with pytest.raises(ValueError, match="max_origins"):
+        Pacer(max_origins=0)
+    with pytest.raises(ValueError, match="probe"):
+        Pacer(probe=-1)
+
+
+def test_threads_share_one_origin_safely() -> None:
+    """16 threads x 500 admissions: counts stay consistent, slots stay spaced."""
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=0, limit=1000, window=1.0))
+    slots: list[float] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(500):
+            a = p.acquire(ORIGIN, 0.0)
+            if a.final:
+                p.sent(ORIGIN)
+                with lock:
+                    slots.append(a.delay)
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    slots.sort()
+    assert len(set(slots)) == len(slots)
+    assert all(b - a >= 0.001 - 1e-9 for a, b in itertools.pairwise(slots))
+    assert p.view(ORIGIN).waiting == 0
