@@ -9,6 +9,7 @@ the last response or raises the last exception.  It does no I/O: the edges send 
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Generator, Mapping
@@ -38,6 +39,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("smoothclient")
+_SUCCESS = GiveUp("success", final=True)
 R = TypeVar("R")
 
 
@@ -212,6 +214,8 @@ class CallFlow:
             hints = read_hints(result.headers)
             pacer.observe(self.origin, result.status, hints, now, sent_at=sent_at)
             outcome = Outcome.from_status(result.status, hints)
+            if result.status < 400 and result.status not in policy.retry_statuses:
+                return _SUCCESS, outcome  # the common case: nothing to decide
         elif isinstance(result, Failure):
             pacer.failed(self.origin)
             outcome = Outcome.from_error(result.kind, sent=result.sent)
@@ -280,6 +284,7 @@ class Finished(Generic[R]):
         return self.response
 
 
+@functools.lru_cache(maxsize=1024)
 def origin_key(scheme: str, host: str, port: int | None) -> str:
     """``scheme://host:port`` with the default port filled in: the pacer's origin key."""
     scheme = scheme.lower()

@@ -524,7 +524,35 @@ def _zendesk(ctx: _Ctx, name: str, values: list[str]) -> Iterator[Quota]:
             yield quota
 
 
-_EXTRACTORS = (_ietf, _legacy_ietf, _x_ratelimit, _dimensioned, _vendors)
+# Each extractor with the field-name prefixes that make it worth running: most responses carry
+# none of them, and reading hints must cost next to nothing on a healthy origin.
+_EXTRACTORS: tuple[tuple[Callable[[_Ctx], Iterator[Quota]], tuple[str, ...]], ...] = (
+    (_ietf, ("ratelimit",)),
+    (_legacy_ietf, ("ratelimit-",)),
+    (_x_ratelimit, ("x-ratelimit-", "x-rate-limit")),
+    (_dimensioned, ("x-ratelimit-", "x-rate-limit-", "anthropic-ratelimit-")),
+    (
+        _vendors,
+        (
+            "x-shopify-shop-api-call-limit",
+            "sforce-limit-info",
+            "x-hubspot-ratelimit-",
+            "x-ms-ratelimit-",
+            "zendesk-ratelimit-",
+        ),
+    ),
+)
+_TIMING_FIELDS = frozenset(
+    {
+        "retry-after",
+        "retry-after-ms",
+        "x-ms-retry-after-ms",
+        "x-ratelimit-retry-after",
+        "stripe-should-retry",
+        "x-should-retry",
+    }
+)
+_ALL_PREFIXES = tuple({p for _, prefixes in _EXTRACTORS for p in prefixes})
 
 
 def _binding(quotas: list[Quota]) -> Quota | None:
@@ -558,12 +586,30 @@ def _safely(what: str, fn: Callable[[], Any], default: Any) -> Any:
 
 def _gather_quotas(ctx: _Ctx) -> list[Quota]:
     quotas: list[Quota] = []
-    for extract in _EXTRACTORS:
+    names = list(ctx.fields)
+    for extract, prefixes in _EXTRACTORS:
+        if not any(name.startswith(prefixes) for name in names):
+            continue
         try:
             quotas.extend(extract(ctx))
         except Exception:  # never crash on server input
             log.debug("could not read %s hints; ignoring them", extract.__name__, exc_info=True)
     return quotas
+
+
+_EMPTY = Hints()
+
+
+def _is_relevant(name: str) -> bool:
+    name = name.lower()
+    return name in _TIMING_FIELDS or name.startswith(_ALL_PREFIXES)
+
+
+def _relevant(headers: HeadersLike) -> bool:
+    """Cheaply: does any field name matter?  (Mappings: look at the names only.)"""
+    if isinstance(headers, Mapping):
+        return any(_is_relevant(_text(name)) for name in headers)
+    return True
 
 
 def read_hints(
@@ -586,6 +632,8 @@ def read_hints(
 
     Never raises on any header content.
     """
+    if not _safely("header", lambda: _relevant(headers), True):
+        return _EMPTY  # the common case: nothing to read
     current = time.time() if now is None else float(now)
     fields = _safely("header", lambda: _collect(headers), {})
     ctx = _Ctx(fields, current, reset_format)

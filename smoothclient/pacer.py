@@ -134,7 +134,11 @@ class Pacer:
         """Show how many origins are tracked."""
         return f"<Pacer origins={len(self._origins)}>"
 
-    def _get(self, origin: str) -> _Origin:
+    def _get(self, origin: str, *, touch: bool = False) -> _Origin:
+        """The origin's state; ``touch`` marks it recently used (once per attempt is enough)."""
+        state = self._origins.get(origin)  # a dict read is atomic: no lock on the hot path
+        if state is not None and not touch:
+            return state
         with self._lock:
             state = self._origins.get(origin)
             if state is None:
@@ -156,7 +160,7 @@ class Pacer:
         A granted final admission counts the request as waiting until :meth:`sent` or
         :meth:`cancel`.
         """
-        o = self._get(origin)
+        o = self._get(origin, touch=True)
         with o.lock:
             probing = self._probing(o, now)
             if probing is not None:

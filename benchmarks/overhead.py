@@ -1,0 +1,98 @@
+"""
+Overhead on a healthy origin: time per request added over the bare transport.
+
+httpx: in-memory MockTransport (so only client-side cost is measured), sync.
+requests: a local HTTP server on 127.0.0.1 (HTTPAdapter has no in-memory transport).
+Run: python benchmarks/overhead.py [--n 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import httpx
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util import Retry
+
+import smoothclient
+from smoothclient._server import LimitedServer
+
+
+def ok(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, content=b"ok")
+
+
+def ok_with_quota(request: httpx.Request) -> httpx.Response:
+    headers = {"RateLimit": '"d";r=900;t=60', "RateLimit-Policy": '"d";q=1000;w=60'}
+    return httpx.Response(200, headers=headers, content=b"ok")
+
+
+def per_request(call: Callable[[], object], n: int, repeats: int = 5) -> float:
+    """Best-of-``repeats`` mean seconds per call."""
+    call()
+    best = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(n):
+            call()
+        best.append((time.perf_counter() - start) / n)
+    return min(best)
+
+
+def httpx_rows(n: int) -> list[tuple[str, float]]:
+    from httpx_retries import Retry as HRetry
+    from httpx_retries import RetryTransport
+
+    transports: dict[str, httpx.BaseTransport] = {
+        "bare MockTransport": httpx.MockTransport(ok),
+        "smoothclient": smoothclient.SmoothTransport(httpx.MockTransport(ok)),
+        "httpx-retries": RetryTransport(httpx.MockTransport(ok), retry=HRetry(total=5)),
+        "smoothclient, RateLimit headers on every response": smoothclient.SmoothTransport(
+            httpx.MockTransport(ok_with_quota)
+        ),
+    }
+    rows = []
+    for name, transport in transports.items():
+        with httpx.Client(transport=transport) as client:
+            rows.append((f"httpx / {name}", per_request(lambda c=client: c.get("http://t/x"), n)))
+    return rows
+
+
+def requests_rows(n: int) -> list[tuple[str, float]]:
+    adapters: dict[str, HTTPAdapter] = {
+        "bare HTTPAdapter": HTTPAdapter(),
+        "smoothclient": smoothclient.SmoothAdapter(),
+        "urllib3 Retry": HTTPAdapter(max_retries=Retry(total=5, backoff_factor=0.5)),
+    }
+    rows = []
+    with LimitedServer(rate=1e9, burst=1e9) as server:
+        url = server.url + "/free"
+        for name, adapter in adapters.items():
+            with requests.Session() as session:
+                session.mount("http://", adapter)
+                rows.append((f"requests / {name}", per_request(lambda s=session: s.get(url), n)))
+    return rows
+
+
+def table(rows: list[tuple[str, float]]) -> str:
+    bases = {"httpx": rows[0][1], "requests": rows[4][1]}
+    lines = ["| client | us per request | added over bare |", "|---|---|---|"]
+    for name, seconds in rows:
+        added = seconds - bases[name.split(" /")[0]]
+        lines.append(f"| {name} | {seconds * 1e6:.1f} | {added * 1e6:+.1f} us |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="per-request overhead on a healthy origin")
+    parser.add_argument("--n", type=int, default=3000)
+    args = parser.parse_args()
+    rows = httpx_rows(args.n) + requests_rows(max(args.n // 3, 100))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
