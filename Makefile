@@ -15,7 +15,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/smoothclient window --cohort 50000 --headroom 2000 --service-time 0.2s --connections 400 --overflow 0.01
+	$(BIN)/smoothclient demo
 
 test: $(STAMP) lint typecheck pytest
 

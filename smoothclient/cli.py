@@ -95,6 +95,69 @@ def cmd_offset(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the herd twice against a local server and print the table and chart."""
+    try:
+        from . import demo
+    except ImportError as exc:  # pragma: no cover - httpx is an extra
+        print(f"smoothclient demo needs httpx: pip install 'smoothclient[httpx]' ({exc})")
+        return 2
+    print(
+        f"A herd of {args.clients} GETs at once against a local server admitting {args.rate:g} "
+        f"req/s (burst {args.burst:g}, {args.style} headers).\nFirst a typical retry setup "
+        "(exponential backoff, sleeping exactly Retry-After), then smoothclient...\n",
+        flush=True,
+    )
+    runs = demo.run_demo(clients=args.clients, rate=args.rate, burst=args.burst, style=args.style)
+    print(demo.table(runs, clients=args.clients, rate=args.rate, burst=args.burst))
+    print()
+    print(demo.chart(runs))
+    if args.plot:
+        demo.plot(runs, args.plot)
+        print(f"\nchart written to {args.plot}")
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Print peak-to-average and drain time per strategy, in virtual time."""
+    from .simulate import STRATEGIES, simulate
+
+    strategies = STRATEGIES if args.strategy == "all" else (args.strategy,)
+    print(f"{args.clients:,} clients at once, headroom {args.headroom:,g} req/s (virtual time)")
+    print(f"{'strategy':<12} {'attempts':>12} {'peak/avg':>9} {'drain s':>9} {'vs M/H':>7}")
+    for name in strategies:
+        r = simulate(args.clients, args.headroom, name)
+        print(
+            f"{name:<12} {r.attempts:>12,.0f} {r.peak_to_average:>9.2f} "
+            f"{r.drain_time:>9.1f} {r.drain_ratio:>6.2f}x"
+        )
+    return 0
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "demo", help="a herd against a local server: typical retries vs smoothclient"
+    )
+    p.add_argument("--clients", type=int, default=60, help="concurrent GETs (default 60)")
+    p.add_argument("--rate", type=_positive_number, default=10.0, help="server req/s (10)")
+    p.add_argument("--burst", type=_positive_number, default=5.0, help="server burst (5)")
+    p.add_argument(
+        "--style", choices=("ietf", "github", "retry-after"), default="ietf", help="headers sent"
+    )
+    p.add_argument("--plot", metavar="FILE.png", help="also write the chart (needs matplotlib)")
+    p.set_defaults(func=cmd_demo)
+
+
+def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("simulate", help="a herd in virtual time, per retry strategy")
+    p.add_argument("--clients", type=int, default=100_000, help="clients M (100,000)")
+    p.add_argument("--headroom", type=_positive_number, default=2000.0, help="H req/s (2,000)")
+    p.add_argument(
+        "--strategy", choices=("all", "none", "fixed", "full", "shift-widen"), default="all"
+    )
+    p.set_defaults(func=cmd_simulate)
+
+
 def _add_window(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("window", help="the minimum safe window for a cohort")
     p.add_argument("--cohort", type=_positive_number, required=True, help="operations M")
@@ -127,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     adders: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
         _add_window,
         _add_offset,
+        _add_demo,
+        _add_simulate,
     ]
     for add in adders:
         add(sub)
