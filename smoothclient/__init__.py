@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._errors import InfeasibleWindow, RateLimited, SmoothError
     from ._httpx import AsyncSmoothTransport, SmoothTransport
     from ._requests import SmoothAdapter
+    from .cache import JitteredTTLCache, cached
     from .hints import Hints, Quota, read_hints
     from .jitter import offset_for
     from .pacer import Pacer
@@ -27,6 +28,7 @@ __all__ = [
     "AsyncSmoothTransport",
     "Hints",
     "InfeasibleWindow",
+    "JitteredTTLCache",
     "Pacer",
     "Quota",
     "RateLimited",
@@ -37,6 +39,7 @@ __all__ = [
     "SmoothError",
     "SmoothTransport",
     "__version__",
+    "cached",
     "offset_for",
     "read_hints",
     "testing",
@@ -49,6 +52,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "DEFAULT_POLICY": ("policy", None),
     "Hints": ("hints", None),
     "InfeasibleWindow": ("_errors", None),
+    "JitteredTTLCache": ("cache", None),
     "Pacer": ("pacer", None),
     "Quota": ("hints", None),
     "RateLimited": ("_errors", None),
@@ -58,6 +62,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "SmoothAdapter": ("_requests", "requests"),
     "SmoothError": ("_errors", None),
     "SmoothTransport": ("_httpx", "httpx"),
+    "cached": ("cache", None),
     "offset_for": ("jitter", None),
     "read_hints": ("hints", None),
 }

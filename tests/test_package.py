@@ -62,3 +62,25 @@ def test_testing_mode_restores_previous_state() -> None:
 
 def test_seeded() -> None:
     assert testing.seeded(3).random() == testing.seeded(3).random()
+
+
+@pytest.mark.parametrize(
+    ("blocked", "name"),
+    [
+        ("httpx", "SmoothTransport"),
+        ("httpx", "AsyncSmoothTransport"),
+        ("requests", "SmoothAdapter"),
+    ],
+)
+def test_missing_extra_names_it(blocked: str, name: str) -> None:
+    """Without the extra, the lazy name raises an ImportError that says what to install."""
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "import smoothclient\n"
+        "try:\n"
+        f"    smoothclient.{name}\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert f"pip install 'smoothclient[{blocked}]'" in out.stdout

@@ -1,0 +1,45 @@
+"""Run every benchmark and write benchmarks/RESULTS.md (date, Python, machine, tables)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+BENCHMARKS = [
+    ("Herd and batch against a local rate-limited server", "herd.py"),
+    ("Per-request overhead on a healthy origin", "overhead.py"),
+]
+
+
+def table_of(output: str) -> str:
+    return "\n".join(line for line in output.splitlines() if line.startswith("|"))
+
+
+def main() -> None:
+    parts = [
+        "# Benchmark results",
+        "",
+        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        f"- Python: {platform.python_version()} ({platform.python_implementation()})",
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "- regenerate with `make bench`",
+        "",
+    ]
+    for title, script in BENCHMARKS:
+        print(f"running {script} ...", flush=True)
+        done = subprocess.run(
+            [sys.executable, str(HERE / script)], capture_output=True, text=True, check=True
+        )
+        doc = (HERE / script).read_text().split('"""')[1].strip()
+        parts += [f"## {title} (`benchmarks/{script}`)", "", doc, "", table_of(done.stdout), ""]
+    (HERE / "RESULTS.md").write_text("\n".join(parts))
+    print((HERE / "RESULTS.md").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+"""
+Caches whose entries written together do not expire together.
+
+:class:`JitteredTTLCache` is a real cachetools cache (a :class:`cachetools.TLRUCache`, whose
+per-item expiry heap accepts out-of-order expiries) where each entry lives a lifetime drawn
+uniformly from ``[ttl * (1 - jitter), ttl]``: never longer than ``ttl``, and spread over the last
+``jitter`` fraction of it.
+
+:func:`cached` memoizes sync and async functions on any cachetools cache, adding what a fleet
+needs: single-flight loading (concurrent misses on a key run the function once; every waiter gets
+that result or that exception), probabilistic early refresh (XFetch), stale-while-revalidate and
+stale-if-error (RFC 5861) and counters.  Early refresh and the stale modes need a
+:class:`JitteredTTLCache`, which tells each entry when it stops being fresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import math
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, NamedTuple, TypeVar, cast
+
+import cachetools
+from cachetools.keys import hashkey
+
+from ._validate import fraction, optional_seconds, seconds
+
+__all__ = ["CacheInfo", "JitteredTTLCache", "cached"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class _Entry:
+    """What :func:`cached` stores: the value, when it stops being fresh, and its load time."""
+
+    value: Any
+    delta: float  # seconds the load took (XFetch's delta)
+    grace: float = 0.0  # how long past freshness the cache must keep it (stale modes)
+    fresh_until: float = math.inf
+
+
+class JitteredTTLCache(cachetools.TLRUCache[K, V, float]):
+    """
+    A TTL cache whose entries live ``ttl * U(1 - jitter, 1)`` seconds.
+
+    A drop-in for :class:`cachetools.TTLCache` (same positional order, a ``ttl`` attribute,
+    picklable), usable with ``cachetools.cached`` and ``cachedmethod`` as well as with
+    :func:`smoothclient.cache.cached`.
+
+    Args:
+        maxsize: the most entries (or total size with ``getsizeof``).
+        ttl: the longest lifetime of an entry, in seconds (> 0).
+        timer: the clock (default ``time.monotonic``; tests pass a fake one).
+        getsizeof: the size of a value.
+        jitter: the fraction of ``ttl`` over which expiries spread, ``0 <= jitter < 1``.
+        rng: randomness for the lifetimes.
+    """
+
+    def __init__(
+        self,
+        maxsize: float,
+        ttl: float,
+        timer: Callable[[], float] = time.monotonic,
+        getsizeof: Callable[[V], float] | None = None,
+        *,
+        jitter: float = 0.1,
+        rng: random.Random | None = None,
+    ) -> None:
+        """Create an empty cache."""
+        self.ttl = seconds("ttl", ttl, allow_zero=False)
+        self.jitter = fraction("jitter", jitter)
+        self._rng = rng or random.Random()
+        self._next_ttl: float | None = None
+        super().__init__(maxsize, self._ttu, timer, getsizeof)
+
+    def lifetime(self) -> float:
+        """Draw one entry lifetime from ``[ttl * (1 - jitter), ttl]``."""
+        ttl = self._next_ttl if self._next_ttl is not None else self.ttl
+        return ttl * (1 - self.jitter * self._rng.random())
+
+    def _ttu(self, key: K, value: V, now: float) -> float:
+        expires = now + self.lifetime()
+        if isinstance(value, _Entry):
+            value.fresh_until = expires
+            return expires + value.grace
+        return expires
+
+    def set(self, key: K, value: V, *, ttl: float | None = None) -> None:
+        """Store ``value``; ``ttl`` overrides the cache's for this entry (jitter still applies)."""
+        self._next_ttl = None if ttl is None else seconds("ttl", ttl, allow_zero=False)
+        try:
+            self[key] = value
+        finally:
+            self._next_ttl = None
+
+
+class CacheInfo(NamedTuple):
+    """Counters of a :func:`cached` function."""
+
+    hits: int
+    misses: int
+    loads: int
+    early_refreshes: int
+    stale_served: int
+    load_errors: int
+    maxsize: float
+    currsize: float
+
+
+@dataclass
+class _Flight:
+    """One load in progress for a key: waiters block on ``done`` and read the outcome."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    value: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _Stats:
+    hits: int = 0
+    misses: int = 0
+    loads: int = 0
+    early_refreshes: int = 0
+    stale_served: int = 0
+    load_errors: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, name: str) -> None:
+        with self.lock:
+            setattr(self, name, getattr(self, name) + 1)
+
+
+class _Memo(Generic[K]):
+    """The shared state and decisions of one cached function (sync or async)."""
+
+    def __init__(
+        self,
+        cache: Any,
+        lock: Any,
+        early_refresh: float | None,
+        swr: float | None,
+        sie: float | None,
+        rng: random.Random,
+    ) -> None:
+        self.cache = cache
+        self.lock = lock
+        self.beta = early_refresh
+        self.swr = swr
+        self.sie = sie
+        self.rng = rng
+        self.stats = _Stats()
+        self.flights: dict[Hashable, Any] = {}
+        self.flights_lock = threading.Lock()
+        timer = getattr(cache, "timer", None)
+        self.now: Callable[[], float] = timer if callable(timer) else time.monotonic
+
+    @property
+    def grace(self) -> float:
+        return max(self.swr or 0.0, self.sie or 0.0)
+
+    def lookup(self, key: Hashable) -> tuple[str, Any]:
+        """``("fresh"|"refresh"|"stale"|"miss", entry)`` for ``key`` now."""
+        with self.lock:
+            entry = self.cache.get(key)
+        if not isinstance(entry, _Entry):
+            return "miss", None
+        now = self.now()
+        if now < entry.fresh_until:
+            if self.beta and self._xfetch(entry, now):
+                return "refresh", entry
+            return "fresh", entry
+        if self.swr is not None and now < entry.fresh_until + self.swr:
+            return "stale", entry
+        return "expired", entry
+
+    def _xfetch(self, entry: _Entry, now: float) -> bool:
+        """XFetch: recompute early when ``now - delta * beta * ln(U) >= expiry``."""
+        u = max(self.rng.random(), 1e-300)
+        return now - entry.delta * (self.beta or 0.0) * math.log(u) >= entry.fresh_until
+
+    def store(self, key: Hashable, value: Any, delta: float) -> None:
+        with self.lock:
+            self.cache[key] = _Entry(value, delta, self.grace)
+
+    def stale_ok(self, entry: Any) -> bool:
+        """Stale-if-error: may ``entry`` stand in for a failed load now?"""
+        return (
+            isinstance(entry, _Entry)
+            and self.sie is not None
+            and self.now() < entry.fresh_until + self.sie
+        )
+
+    def info(self) -> CacheInfo:
+        s = self.stats
+        with self.lock:
+            maxsize, currsize = self.cache.maxsize, self.cache.currsize
+        return CacheInfo(
+            s.hits,
+            s.misses,
+            s.loads,
+            s.early_refreshes,
+            s.stale_served,
+            s.load_errors,
+            maxsize,
+            currsize,
+        )
+
+    def clear(self) -> None:
+        with self.lock:
+            self.cache.clear()
+
+
+def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., Hashable]) -> Any:
+    def load(k: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``fn`` once for ``k`` however many threads ask at once."""
+        with memo.flights_lock:
+            flight = memo.flights.get(k)
+            leader = flight is None
+            if leader:
+                flight = memo.flights[k] = _Flight()
+        assert flight is not None
+        if not leader:
+            flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.value
+        start = memo.now()
+        try:
+            memo.stats.add("loads")
+            flight.value = fn(*args, **kwargs)
+            memo.store(k, flight.value, memo.now() - start)
+            return flight.value
+        except BaseException as exc:
+            memo.stats.add("load_errors")
+            flight.error = exc
+            raise
+        finally:
+            with memo.flights_lock:
+                del memo.flights[k]
+            flight.done.set()
+
+    def refresh_in_background(k: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        with memo.flights_lock:
+            if k in memo.flights:
+                return
+
+        def run() -> None:
+            # the stale value keeps being served; a failure is counted in load_errors
+            with contextlib.suppress(Exception):
+                load(k, args, kwargs)
+
+        threading.Thread(target=run, name="smoothclient-refresh", daemon=True).start()
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        k = key(*args, **kwargs)
+        state, entry = memo.lookup(k)
+        if state == "fresh":
+            memo.stats.add("hits")
+            return entry.value
+        if state == "refresh":
+            memo.stats.add("hits")
+            if k not in memo.flights:
+                memo.stats.add("early_refreshes")
+                try:
+                    return load(k, args, kwargs)
+                except Exception:
+                    return entry.value
+            return entry.value
+        if state == "stale":
+            memo.stats.add("stale_served")
+            refresh_in_background(k, args, kwargs)
+            return entry.value
+        memo.stats.add("misses")
+        try:
+            return load(k, args, kwargs)
+        except Exception:
+            if memo.stale_ok(entry):
+                memo.stats.add("stale_served")
+                return entry.value
+            raise
+
+    return wrapper
+
+
+def _async_wrapper(
+    fn: Callable[..., Awaitable[Any]], memo: _Memo[Any], key: Callable[..., Hashable]
+) -> Any:
+    async def load(k: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run ``fn`` once for ``k`` however many tasks ask at once."""
+        flight = memo.flights.get(k)
+        if flight is not None:
+            return await asyncio.shield(flight)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        memo.flights[k] = future
+        start = memo.now()
+        try:
+            memo.stats.add("loads")
+            value = await fn(*args, **kwargs)
+            memo.store(k, value, memo.now() - start)
+            future.set_result(value)
+            return value
+        except BaseException as exc:
+            memo.stats.add("load_errors")
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del memo.flights[k]
+
+    background: set[asyncio.Task[Any]] = set()
+
+    async def quiet(k: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        # the stale value keeps being served; a failure is counted in load_errors
+        with contextlib.suppress(Exception):
+            await load(k, args, kwargs)
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        k = key(*args, **kwargs)
+        state, entry = memo.lookup(k)
+        if state in ("fresh", "refresh"):
+            memo.stats.add("hits")
+            if state == "refresh" and k not in memo.flights:
+                memo.stats.add("early_refreshes")
+                try:
+                    return await load(k, args, kwargs)
+                except Exception:
+                    return entry.value
+            return entry.value
+        if state == "stale":
+            memo.stats.add("stale_served")
+            if k not in memo.flights:
+                task = asyncio.get_running_loop().create_task(quiet(k, args, kwargs))
+                background.add(task)
+                task.add_done_callback(background.discard)
+            return entry.value
+        memo.stats.add("misses")
+        try:
+            return await load(k, args, kwargs)
+        except Exception:
+            if memo.stale_ok(entry):
+                memo.stats.add("stale_served")
+                return entry.value
+            raise
+
+    return wrapper
+
+
+def cached(
+    cache: Any,
+    *,
+    key: Callable[..., Hashable] = hashkey,
+    lock: Any = None,
+    early_refresh: float | None = None,
+    stale_while_revalidate: float | None = None,
+    stale_if_error: float | None = None,
+    info: bool = False,
+    rng: random.Random | None = None,
+) -> Callable[[F], F]:
+    """
+    Memoize a sync or async function in ``cache``, loading each key once at a time.
+
+    Args:
+        cache: any cachetools cache (a :class:`JitteredTTLCache` for the features below).
+        key: builds the cache key from the arguments (cachetools' ``hashkey`` by default; use
+            ``cachetools.keys.methodkey`` for methods).
+        lock: guards the cache (default: a new ``threading.RLock``).
+        early_refresh: XFetch's ``beta`` (1.0 is the paper's default): a hot key is reloaded by
+            one caller shortly before it expires, so nobody waits on a miss.
+        stale_while_revalidate: for this many seconds after expiry, return the stale value at
+            once and reload once in the background (a thread, or a task for async functions).
+        stale_if_error: for this many seconds after expiry, serve the stale value when the
+            reload fails.
+        info: add ``cache_info()`` and ``cache_clear()`` to the wrapper.
+        rng: randomness for early refresh.
+
+    Exceptions are never cached: every caller waiting on a failed load gets its exception.
+    """
+    beta = optional_seconds("early_refresh", early_refresh)
+    swr = optional_seconds("stale_while_revalidate", stale_while_revalidate)
+    sie = optional_seconds("stale_if_error", stale_if_error)
+    needs_expiry = beta is not None or swr is not None or sie is not None
+    if needs_expiry and not isinstance(cache, JitteredTTLCache):
+        msg = "early_refresh and the stale modes need a JitteredTTLCache (it knows expiries)"
+        raise TypeError(msg)
+
+    def decorate(fn: F) -> F:
+        memo: _Memo[Any] = _Memo(
+            cache, lock or threading.RLock(), beta, swr, sie, rng or random.Random()
+        )
+        if inspect.iscoroutinefunction(fn):
+            wrapper = _async_wrapper(fn, memo, key)
+        else:
+            wrapper = _sync_wrapper(fn, memo, key)
+        if info:
+            wrapper.cache_info = memo.info
+            wrapper.cache_clear = memo.clear
+        wrapper.cache = cache
+        return cast(F, wrapper)
+
+    return decorate
