@@ -13,11 +13,14 @@ HERE = Path(__file__).parent
 BENCHMARKS = [
     ("Herd and batch against a local rate-limited server", "herd.py"),
     ("Per-request overhead on a healthy origin", "overhead.py"),
+    ("Cache expiry, stampedes and hot keys", "cache_expiry.py"),
 ]
 
 
 def table_of(output: str) -> str:
-    return "\n".join(line for line in output.splitlines() if line.startswith("|"))
+    """The tables of a benchmark's output (blank lines between them kept)."""
+    lines = [line for line in output.splitlines() if line.startswith("|") or not line.strip()]
+    return "\n".join(lines).strip()
 
 
 def main() -> None:
