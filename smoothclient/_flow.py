@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 from . import testing
 from ._core import CallState, ErrorKind, GiveUp, Outcome, Retry, RetryEvent, decide
 from ._errors import RateLimited
-from .hints import read_hints
+from .hints import has_hints, read_hints
 from .pacer import Pacer
 from .policy import RetryPolicy
 
@@ -35,7 +35,10 @@ __all__ = [
     "describe",
     "drive",
     "drive_async",
+    "fast_path",
+    "first_attempt_record",
     "origin_key",
+    "plain_success",
 ]
 
 log = logging.getLogger("smoothclient")
@@ -121,8 +124,13 @@ class CallFlow:
         replayable: bool,
         rng: random.Random,
         describe: str,
+        first: Reply | Failure | None = None,
     ) -> None:
-        """Prepare one logical call; nothing happens until :meth:`run` is driven."""
+        """
+        Prepare one logical call; nothing happens until :meth:`run` is driven.
+
+        ``first`` is the result of a first attempt the edge already sent on its fast path.
+        """
         mode = testing.current()
         if mode is not None:
             policy = policy.replace(attempts=min(policy.attempts, mode.attempts))
@@ -135,6 +143,7 @@ class CallFlow:
         self.replayable = replayable
         self.rng = rng
         self.describe = describe
+        self.first = first
         self.record = CallRecord()
 
     def _sleep(self, seconds: float) -> Sleep:
@@ -148,19 +157,25 @@ class CallFlow:
         deadline = None if policy.timeout is None else started + policy.timeout
         state = CallState(started, self.method, self.has_key, self.replayable)
         not_before = started
+        result = self.first
         while True:
-            granted = yield from self._admit(not_before, deadline)
-            if not granted:
-                return self.record
-            sent_at = clock()
-            pacer.sent(self.origin)
+            if result is None:
+                granted = yield from self._admit(not_before, deadline)
+                if not granted:
+                    return self.record
+                sent_at = clock()
+                pacer.sent(self.origin)
+            else:  # the edge's fast path already sent the first attempt
+                sent_at = started
+                pacer.adopt(self.origin)
             pacer.record_attempt(self.origin, policy.budget, sent_at)
             self.record.attempts += 1
-            try:
-                result = yield SEND
-            except BaseException:  # the edge gave up mid-send (cancelled, unexpected error)
-                pacer.failed(self.origin)
-                raise
+            if result is None:
+                try:
+                    result = yield SEND
+                except BaseException:  # the edge gave up mid-send (cancelled, unexpected error)
+                    pacer.failed(self.origin)
+                    raise
             decision, outcome = self._decide(state, result, sent_at)
             if isinstance(decision, GiveUp):
                 if not decision.final:
@@ -171,6 +186,7 @@ class CallFlow:
             yield DISCARD
             not_before = clock() + decision.delay
             state = state.next(decision.delay)
+            result = None
 
     def _admit(
         self, not_before: float, deadline: float | None
@@ -305,11 +321,16 @@ def drive(
     failure_of: Callable[[Exception], Failure | None],
     discard: Callable[[R], None],
     sleep: Callable[[float], object],
+    *,
+    last: R | None = None,
+    error: Exception | None = None,
 ) -> Finished[R]:
-    """Run ``flow`` synchronously; return the last response or exception and the record."""
+    """
+    Run ``flow`` synchronously; return the last response or exception and the record.
+
+    ``last`` / ``error``: what the edge's fast path already got (``flow.first``).
+    """
     gen = flow.run()
-    last: R | None = None
-    error: Exception | None = None
     try:
         action = next(gen)
         while True:
@@ -344,11 +365,12 @@ async def drive_async(
     failure_of: Callable[[Exception], Failure | None],
     discard: Callable[[R], Awaitable[None]],
     sleep: Callable[[float], Awaitable[object]],
+    *,
+    last: R | None = None,
+    error: Exception | None = None,
 ) -> Finished[R]:
     """Async twin of :func:`drive`."""
     gen = flow.run()
-    last: R | None = None
-    error: Exception | None = None
     try:
         action = next(gen)
         while True:
@@ -374,3 +396,20 @@ async def drive_async(
         return Finished(last, error, stop.value)
     finally:
         gen.close()
+
+
+def fast_path(pacer: Pacer, policy: RetryPolicy, origin: str) -> bool:
+    """Whether a request may skip the flow's bookkeeping for its first attempt."""
+    return (
+        policy.budget is None and testing.current() is None and pacer.healthy(origin, pacer.clock())
+    )
+
+
+def plain_success(policy: RetryPolicy, status: int, headers: Any) -> bool:
+    """A success with no hints in it: nothing to learn, nothing to decide."""
+    return status < 400 and status not in policy.retry_statuses and not has_hints(headers)
+
+
+def first_attempt_record() -> dict[str, Any]:
+    """The record of a call that succeeded on its first attempt."""
+    return {"attempts": 1, "waits": [], "total_wait": 0.0, "reasons": [], "gave_up": None}

@@ -21,7 +21,18 @@ import anyio
 import httpx
 
 from ._core import ErrorKind
-from ._flow import CallFlow, Failure, Reply, describe, drive, drive_async, origin_key
+from ._flow import (
+    CallFlow,
+    Failure,
+    Reply,
+    describe,
+    drive,
+    drive_async,
+    fast_path,
+    first_attempt_record,
+    origin_key,
+    plain_success,
+)
 from .pacer import Pacer
 from .policy import DEFAULT_POLICY, RetryPolicy
 
@@ -88,9 +99,14 @@ class _Base:
         self.pacer = pacer or Pacer()
         self._rng = rng or random.Random()
 
-    def _flow(self, request: httpx.Request) -> CallFlow:
+    def _origin(self, request: httpx.Request) -> str:
         url = request.url
-        origin = origin_key(url.scheme, url.host, url.port)
+        return origin_key(url.scheme, url.host, url.port)
+
+    def _flow(
+        self, request: httpx.Request, origin: str, first: Reply | Failure | None = None
+    ) -> CallFlow:
+        url = request.url
         key = self.policy.idempotency_header
         return CallFlow(
             self.policy,
@@ -101,6 +117,7 @@ class _Base:
             replayable=_replayable(request),
             rng=self._rng,
             describe=describe(request.method, origin, url.path),
+            first=first,
         )
 
 
@@ -132,13 +149,32 @@ class SmoothTransport(_Base, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
+        origin = self._origin(request)
+        first: Reply | Failure | None = None
+        last: httpx.Response | None = None
+        error: Exception | None = None
+        if fast_path(self.pacer, self.policy, origin):
+            try:
+                last = self.transport.handle_request(request)
+            except Exception as exc:
+                first, error = _failure(exc), exc
+                if first is None:
+                    raise
+            else:
+                if plain_success(self.policy, last.status_code, last.headers):
+                    self.pacer.note_success(origin, self.pacer.clock())
+                    last.extensions["smoothclient"] = first_attempt_record()
+                    return last
+                first = _reply(last)
         done = drive(
-            self._flow(request),
+            self._flow(request, origin, first),
             partial(self.transport.handle_request, request),
             _reply,
             _failure,
             self._discard,
             self._sleep,
+            last=last,
+            error=error,
         )
         response = done.unwrap()
         response.extensions["smoothclient"] = done.record.as_dict()
@@ -187,13 +223,32 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
+        origin = self._origin(request)
+        first: Reply | Failure | None = None
+        last: httpx.Response | None = None
+        error: Exception | None = None
+        if fast_path(self.pacer, self.policy, origin):
+            try:
+                last = await self.transport.handle_async_request(request)
+            except Exception as exc:
+                first, error = _failure(exc), exc
+                if first is None:
+                    raise
+            else:
+                if plain_success(self.policy, last.status_code, last.headers):
+                    self.pacer.note_success(origin, self.pacer.clock())
+                    last.extensions["smoothclient"] = first_attempt_record()
+                    return last
+                first = _reply(last)
         done = await drive_async(
-            self._flow(request),
+            self._flow(request, origin, first),
             partial(self.transport.handle_async_request, request),
             _reply,
             _failure,
             self._discard,
             self._sleep,
+            last=last,
+            error=error,
         )
         response = done.unwrap()
         response.extensions["smoothclient"] = done.record.as_dict()

@@ -20,7 +20,17 @@ from urllib3.exceptions import NewConnectionError
 from urllib3.util import Retry, parse_url
 
 from ._core import ErrorKind
-from ._flow import CallFlow, Failure, Reply, describe, drive, origin_key
+from ._flow import (
+    CallFlow,
+    Failure,
+    Reply,
+    describe,
+    drive,
+    fast_path,
+    first_attempt_record,
+    origin_key,
+    plain_success,
+)
 from .pacer import Pacer
 from .policy import DEFAULT_POLICY, RetryPolicy
 
@@ -135,6 +145,27 @@ class SmoothAdapter(HTTPAdapter):
         origin = origin_key(url.scheme or "http", url.host or "", url.port)
         method = request.method or "GET"
         replayable, rewind = _rewinder(request.body)
+
+        def attempt() -> requests.Response:
+            rewind()
+            return super(SmoothAdapter, self).send(request, **kwargs)
+
+        first: Reply | Failure | None = None
+        last: requests.Response | None = None
+        error: Exception | None = None
+        if fast_path(self.pacer, self.policy, origin):
+            try:
+                last = attempt()
+            except Exception as exc:
+                first, error = _failure(exc), exc
+                if first is None:
+                    raise
+            else:
+                if plain_success(self.policy, last.status_code, last.headers):
+                    self.pacer.note_success(origin, self.pacer.clock())
+                    last.smoothclient = first_attempt_record()  # type: ignore[attr-defined]
+                    return last
+                first = _reply(last)
         key = self.policy.idempotency_header
         headers: Mapping[str, str] = request.headers
         flow = CallFlow(
@@ -146,13 +177,9 @@ class SmoothAdapter(HTTPAdapter):
             replayable=replayable,
             rng=self._rng,
             describe=describe(method, origin, url.path or "/"),
+            first=first,
         )
-
-        def attempt() -> requests.Response:
-            rewind()
-            return super(SmoothAdapter, self).send(request, **kwargs)
-
-        done = drive(flow, attempt, _reply, _failure, _discard, self._sleep)
+        done = drive(flow, attempt, _reply, _failure, _discard, self._sleep, last=last, error=error)
         response = done.unwrap()
         response.smoothclient = done.record.as_dict()  # type: ignore[attr-defined]
         return response

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from . import _sfv
 from ._parse import parse_date, parse_go_duration, parse_http_date, parse_number
 
-__all__ = ["Hints", "Quota", "ResetFormat", "read_hints"]
+__all__ = ["Hints", "Quota", "ResetFormat", "has_hints", "read_hints"]
 
 log = logging.getLogger("smoothclient.hints")
 
@@ -600,13 +600,29 @@ def _gather_quotas(ctx: _Ctx) -> list[Quota]:
 _EMPTY = Hints()
 
 
+_TIMING_BYTES = frozenset(n.encode() for n in _TIMING_FIELDS)
+_PREFIX_BYTES = tuple(p.encode() for p in _ALL_PREFIXES)
+
+
 def _is_relevant(name: str) -> bool:
     name = name.lower()
     return name in _TIMING_FIELDS or name.startswith(_ALL_PREFIXES)
 
 
-def _relevant(headers: HeadersLike) -> bool:
-    """Cheaply: does any field name matter?  (Mappings: look at the names only.)"""
+def _is_relevant_raw(name: bytes) -> bool:
+    name = name.lower()
+    return name in _TIMING_BYTES or name.startswith(_PREFIX_BYTES)
+
+
+def has_hints(headers: HeadersLike) -> bool:
+    """
+    Cheaply: could these headers hold any hint?  (Mappings: only the names are looked at.)
+
+    ``False`` means :func:`read_hints` would return empty :class:`Hints`.
+    """
+    raw = getattr(headers, "raw", None)  # httpx.Headers: undecoded names are cheaper
+    if isinstance(raw, list):
+        return any(_is_relevant_raw(bytes(name)) for name, _ in raw)
     if isinstance(headers, Mapping):
         return any(_is_relevant(_text(name)) for name in headers)
     return True
@@ -632,7 +648,7 @@ def read_hints(
 
     Never raises on any header content.
     """
-    if not _safely("header", lambda: _relevant(headers), True):
+    if not _safely("header", lambda: has_hints(headers), True):
         return _EMPTY  # the common case: nothing to read
     current = time.time() if now is None else float(now)
     fields = _safely("header", lambda: _collect(headers), {})

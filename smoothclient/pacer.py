@@ -90,7 +90,7 @@ class _Origin:
     limit: float | None = None
     learned: bool = False
     last_throttle: float = -1e18
-    successes: deque[float] = field(default_factory=deque)
+    successes: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     waiting: int = 0
     in_flight: int = 0
     budgets: dict[RetryBudget, BudgetTracker] = field(default_factory=dict)
@@ -189,6 +189,28 @@ class Pacer:
             return None
         return Admission(min(PROBE_POLL, o.probe_until - now), final=False)
 
+    def healthy(self, origin: str, now: float) -> bool:
+        """
+        True when ``origin`` needs no pacing at all: known, open, no rate, nothing learned.
+
+        Lock-free (it only reads), for the edges' fast path: a request to a healthy origin skips
+        admission, and a plain success skips :meth:`observe` (see :meth:`note_success`).
+        """
+        o = self._origins.get(origin)
+        return o is not None and o.known and o.rate is None and o.gate <= now and not o.waiting
+
+    def note_success(self, origin: str, now: float) -> None:
+        """Record a success that took the fast path (for the learned-rate estimate)."""
+        o = self._origins.get(origin)
+        if o is not None:
+            o.successes.append(now)  # deque.append is atomic
+
+    def adopt(self, origin: str) -> None:
+        """Count a request sent on the fast path as in flight, before :meth:`observe`."""
+        o = self._get(origin)
+        with o.lock:
+            o.in_flight += 1
+
     def sent(self, origin: str) -> None:
         """A request that was admitted is now on the wire."""
         o = self._get(origin)
@@ -224,8 +246,6 @@ class Pacer:
         with o.lock:
             if status < 400:
                 o.successes.append(now)
-                while o.successes and o.successes[0] < now - 1.0:
-                    o.successes.popleft()
             o.in_flight = max(0, o.in_flight - 1)
             o.known = True
             throttled = status == 429 or (status == 503 and hints.retry_after is not None)
