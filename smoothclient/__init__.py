@@ -18,10 +18,12 @@ if TYPE_CHECKING:
     from ._httpx import AsyncSmoothTransport, SmoothTransport
     from ._requests import SmoothAdapter
     from .cache import JitteredTTLCache, cached
+    from .decorators import jittered, paced, retry
     from .hints import Hints, Quota, read_hints
     from .jitter import offset_for
     from .pacer import Pacer
     from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
+    from .schedule import PoissonScheduler, Reconciler, TimeWindow, next_run, spread
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -30,18 +32,26 @@ __all__ = [
     "InfeasibleWindow",
     "JitteredTTLCache",
     "Pacer",
+    "PoissonScheduler",
     "Quota",
     "RateLimited",
+    "Reconciler",
     "RetryBudget",
     "RetryEvent",
     "RetryPolicy",
     "SmoothAdapter",
     "SmoothError",
     "SmoothTransport",
+    "TimeWindow",
     "__version__",
     "cached",
+    "jittered",
+    "next_run",
     "offset_for",
+    "paced",
     "read_hints",
+    "retry",
+    "spread",
     "testing",
     "window",
 ]
@@ -54,7 +64,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "InfeasibleWindow": ("_errors", None),
     "JitteredTTLCache": ("cache", None),
     "Pacer": ("pacer", None),
+    "PoissonScheduler": ("schedule", None),
     "Quota": ("hints", None),
+    "Reconciler": ("schedule", None),
     "RateLimited": ("_errors", None),
     "RetryBudget": ("policy", None),
     "RetryEvent": ("_core", None),
@@ -62,7 +74,13 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "SmoothAdapter": ("_requests", "requests"),
     "SmoothError": ("_errors", None),
     "SmoothTransport": ("_httpx", "httpx"),
+    "TimeWindow": ("schedule", None),
     "cached": ("cache", None),
+    "jittered": ("decorators", None),
+    "next_run": ("schedule", None),
+    "paced": ("decorators", None),
+    "retry": ("decorators", None),
+    "spread": ("schedule", None),
     "offset_for": ("jitter", None),
     "read_hints": ("hints", None),
 }

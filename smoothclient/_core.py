@@ -44,7 +44,7 @@ __all__ = [
     "decide",
 ]
 
-ErrorKind = Literal["connect", "timeout", "read", "write", "protocol", "other"]
+ErrorKind = Literal["connect", "timeout", "read", "write", "protocol", "other", "result"]
 _NO_HINTS = Hints()
 
 
@@ -68,9 +68,14 @@ class Outcome:
         return cls(status=status, hints=hints)
 
     @classmethod
-    def from_error(cls, kind: ErrorKind, *, sent: bool) -> Outcome:
-        """A transport error of ``kind``; ``sent=False`` when it certainly was not sent."""
-        return cls(error=kind, sent=sent)
+    def from_error(cls, kind: ErrorKind, *, sent: bool, hints: Hints = _NO_HINTS) -> Outcome:
+        """
+        An error of ``kind``; ``sent=False`` when it certainly was not sent.
+
+        ``hints.retry_after`` carries a delay the error itself asked for (``@retry``'s ``on``
+        predicate may return one); it shifts the window like ``Retry-After``.
+        """
+        return cls(error=kind, sent=sent, hints=hints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,7 @@ class CallState:
     started: float
     method: str = "GET"
     has_idempotency_key: bool = False
+    idempotent: bool | None = None  # overrides the method rule (``@retry`` declares it)
     replayable: bool = True
     attempt: int = 1
     previous_wait: float | None = None
@@ -91,6 +97,7 @@ class CallState:
             self.started,
             self.method,
             self.has_idempotency_key,
+            self.idempotent,
             self.replayable,
             self.attempt + 1,
             waited,
@@ -162,7 +169,11 @@ class RetryEvent:
 
 def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | GiveUp:
     """Why the outcome is worth retrying, or why not."""
-    idempotent = policy.is_idempotent(state.method, has_idempotency_key=state.has_idempotency_key)
+    idempotent = state.idempotent
+    if idempotent is None:
+        idempotent = policy.is_idempotent(
+            state.method, has_idempotency_key=state.has_idempotency_key
+        )
     if outcome.error is not None:
         if not policy.retry_on_errors:
             return GiveUp(f"{outcome.error} error: errors are not retried")
@@ -192,7 +203,7 @@ def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | 
 def _server_shift(policy: RetryPolicy, outcome: Outcome) -> tuple[float, float] | GiveUp:
     """``(start, widen_to)``: the earliest retry the server allows, and its quota reset."""
     hints = outcome.hints
-    if not policy.respect_retry_after or outcome.error is not None:
+    if not policy.respect_retry_after:
         return (0.0, 0.0)
     retry_after = hints.retry_after or 0.0
     reset = hints.reset_after if hints.exhausted and hints.reset_after is not None else 0.0

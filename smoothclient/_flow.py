@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 from . import testing
 from ._core import CallState, ErrorKind, GiveUp, Outcome, Retry, RetryEvent, decide
 from ._errors import RateLimited
-from .hints import has_hints, read_hints
+from .hints import Hints, has_hints, read_hints
 from .pacer import Pacer
 from .policy import RetryPolicy
 
@@ -43,6 +43,7 @@ __all__ = [
 
 log = logging.getLogger("smoothclient")
 _SUCCESS = GiveUp("success", final=True)
+_NO_HINTS = Hints()
 R = TypeVar("R")
 
 
@@ -83,6 +84,7 @@ class Failure:
     kind: ErrorKind
     sent: bool
     exception: BaseException | None = None
+    retry_after: float | None = None  # a delay the failure itself asked for
 
 
 @dataclass
@@ -125,6 +127,7 @@ class CallFlow:
         rng: random.Random,
         describe: str,
         first: Reply | Failure | None = None,
+        idempotent: bool | None = None,
     ) -> None:
         """
         Prepare one logical call; nothing happens until :meth:`run` is driven.
@@ -144,6 +147,7 @@ class CallFlow:
         self.rng = rng
         self.describe = describe
         self.first = first
+        self.idempotent = idempotent
         self.record = CallRecord()
 
     def _sleep(self, seconds: float) -> Sleep:
@@ -155,7 +159,7 @@ class CallFlow:
         policy, pacer, clock = self.policy, self.pacer, self.pacer.clock
         started = clock()
         deadline = None if policy.timeout is None else started + policy.timeout
-        state = CallState(started, self.method, self.has_key, self.replayable)
+        state = CallState(started, self.method, self.has_key, self.idempotent, self.replayable)
         not_before = started
         result = self.first
         while True:
@@ -234,7 +238,10 @@ class CallFlow:
                 return _SUCCESS, outcome  # the common case: nothing to decide
         elif isinstance(result, Failure):
             pacer.failed(self.origin)
-            outcome = Outcome.from_error(result.kind, sent=result.sent)
+            hints = (
+                _NO_HINTS if result.retry_after is None else Hints(retry_after=result.retry_after)
+            )
+            outcome = Outcome.from_error(result.kind, sent=result.sent, hints=hints)
         else:  # pragma: no cover - edges always send a result
             msg = "the edge sent no result for SEND"
             raise TypeError(msg)
@@ -288,8 +295,7 @@ class Finished(Generic[R]):
 
     def unwrap(self) -> R:
         """Return the last response, or raise the last error."""
-        if self.response is None:
-            assert self.error is not None
+        if self.error is not None:
             record = self.record
             self.error.add_note(
                 f"smoothclient: {record.attempts} attempt(s), waited {record.total_wait:.3f} s"
@@ -297,6 +303,7 @@ class Finished(Generic[R]):
             )
             self.error.smoothclient = record.as_dict()  # type: ignore[attr-defined]
             raise self.error
+        assert self.response is not None
         return self.response
 
 
