@@ -99,6 +99,7 @@ def retry(
     idempotent: bool = True,
     rng: random.Random | None = None,
     sleep: Callable[[float], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
     **policy_changes: Any,
 ) -> Callable[[F], F]:
     """
@@ -114,6 +115,8 @@ def retry(
         idempotent: False makes every failure final (nothing is retried after it may have run).
         rng: randomness for the jitter.
         sleep: a sync (or, for async functions, async) sleep; tests pass a fake clock's.
+        clock: the monotonic clock the deadline is measured on (a fake one goes with a fake
+            ``sleep``).
         **policy_changes: fields of :class:`~smoothclient.RetryPolicy` to replace.
 
     When retries run out the last exception is re-raised, or the last result returned.
@@ -125,7 +128,7 @@ def retry(
 
     def decorate(fn: F) -> F:
         name = f"call:{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
-        pacer = Pacer(probe=0)
+        pacer = Pacer(probe=0, clock=clock)
 
         def flow() -> CallFlow:
             return CallFlow(

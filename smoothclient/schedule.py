@@ -289,9 +289,10 @@ class TimeWindow:
     def current(self, when: datetime) -> tuple[datetime, datetime] | None:
         """The occurrence containing ``when``, if the window is open then."""
         local = when.astimezone(self.zone)
+        instant = when.timestamp()  # compare instants: wall times repeat or vanish around DST
         for delta in (-1, 0):
             opens, closes = self._occurrence(local + timedelta(days=delta))
-            if opens <= local < closes:
+            if opens.timestamp() <= instant < closes.timestamp():
                 return opens, closes
         return None
 
@@ -307,7 +308,7 @@ class TimeWindow:
         local = when.astimezone(self.zone)
         for delta in range(3):
             opens, closes = self._occurrence(local + timedelta(days=delta))
-            if opens > local:
+            if opens.timestamp() > when.timestamp():
                 return opens, closes
         msg = "no opening found"  # pragma: no cover - a daily window always reopens
         raise RuntimeError(msg)
@@ -315,7 +316,7 @@ class TimeWindow:
     def open_seconds(self, day: datetime) -> float:
         """Length of the occurrence opening on ``day``, in seconds (DST included)."""
         opens, closes = self._occurrence(day.astimezone(self.zone))
-        return (closes - opens).total_seconds()
+        return closes.timestamp() - opens.timestamp()
 
 
 # --------------------------------------------------------------------------- Poisson scheduler
