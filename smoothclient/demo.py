@@ -158,7 +158,7 @@ def plot(runs: Sequence[DemoRun], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(runs), 1, sharex=True, figsize=(10, 5))
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, sharey=True, figsize=(10, 5))
     for ax, run in zip(axes, runs, strict=True):
         bins = _bins(run)
         xs = [i * BIN for i in range(len(bins))]

@@ -103,3 +103,16 @@ def test_demo_smoothclient_beats_typical() -> None:
     drawn = chart([typical, smooth])
     assert "█" in drawn
     assert max(len(line) for line in drawn.splitlines()) <= 100
+
+
+@pytest.mark.e2e
+def test_demo_plot_writes_a_png(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    target = Path(str(tmp_path)) / "herd.png"
+    code = cli.main(
+        ["demo", "--clients", "12", "--rate", "40", "--burst", "4", "--plot", str(target)]
+    )
+    assert code == 0
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "chart written to" in capsys.readouterr().out
