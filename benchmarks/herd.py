@@ -71,6 +71,7 @@ HEADER = [
     "429 share",
     "time s",
     "vs ideal",
+    "req/s",
     "fail",
 ]
 

@@ -30,16 +30,20 @@ def ok_with_quota(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, headers=headers, content=b"ok")
 
 
-def per_request(call: Callable[[], object], n: int, repeats: int = 5) -> float:
-    """Best-of-``repeats`` mean seconds per call."""
-    call()
-    best = []
+def per_request(
+    calls: dict[str, Callable[[], object]], n: int, repeats: int = 7
+) -> dict[str, float]:
+    """Best-of-``repeats`` mean seconds per call, the clients interleaved round by round."""
+    best = {name: float("inf") for name in calls}
+    for call in calls.values():
+        call()
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(n):
-            call()
-        best.append((time.perf_counter() - start) / n)
-    return min(best)
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(n):
+                call()
+            best[name] = min(best[name], (time.perf_counter() - start) / n)
+    return best
 
 
 def httpx_rows(n: int) -> list[tuple[str, float]]:
@@ -54,11 +58,12 @@ def httpx_rows(n: int) -> list[tuple[str, float]]:
             httpx.MockTransport(ok_with_quota)
         ),
     }
-    rows = []
-    for name, transport in transports.items():
-        with httpx.Client(transport=transport) as client:
-            rows.append((f"httpx / {name}", per_request(lambda c=client: c.get("http://t/x"), n)))
-    return rows
+    clients = {name: httpx.Client(transport=t) for name, t in transports.items()}
+    calls = {name: (lambda c=c: c.get("http://t/x")) for name, c in clients.items()}
+    best = per_request(calls, n)
+    for client in clients.values():
+        client.close()
+    return [(f"httpx / {name}", seconds) for name, seconds in best.items()]
 
 
 def requests_rows(n: int) -> list[tuple[str, float]]:
@@ -67,14 +72,17 @@ def requests_rows(n: int) -> list[tuple[str, float]]:
         "smoothclient": smoothclient.SmoothAdapter(),
         "urllib3 Retry": HTTPAdapter(max_retries=Retry(total=5, backoff_factor=0.5)),
     }
-    rows = []
     with LimitedServer(rate=1e9, burst=1e9) as server:
         url = server.url + "/free"
+        sessions = {}
         for name, adapter in adapters.items():
-            with requests.Session() as session:
-                session.mount("http://", adapter)
-                rows.append((f"requests / {name}", per_request(lambda s=session: s.get(url), n)))
-    return rows
+            sessions[name] = requests.Session()
+            sessions[name].mount("http://", adapter)
+        calls = {name: (lambda s=s: s.get(url)) for name, s in sessions.items()}
+        best = per_request(calls, n)
+        for session in sessions.values():
+            session.close()
+    return [(f"requests / {name}", seconds) for name, seconds in best.items()]
 
 
 def table(rows: list[tuple[str, float]]) -> str:

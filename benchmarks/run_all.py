@@ -36,7 +36,7 @@ def main() -> None:
     for title, script in BENCHMARKS:
         print(f"running {script} ...", flush=True)
         done = subprocess.run(
-            [sys.executable, str(HERE / script)], capture_output=True, text=True, check=True
+            [sys.executable, str(HERE / script)], stdout=subprocess.PIPE, text=True, check=True
         )
         doc = (HERE / script).read_text().split('"""')[1].strip()
         parts += [f"## {title} (`benchmarks/{script}`)", "", doc, "", table_of(done.stdout), ""]

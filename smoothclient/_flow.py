@@ -35,10 +35,10 @@ __all__ = [
     "describe",
     "drive",
     "drive_async",
+    "edge_config",
     "fast_path",
-    "first_attempt_record",
+    "fast_success",
     "origin_key",
-    "plain_success",
 ]
 
 log = logging.getLogger("smoothclient")
@@ -412,11 +412,31 @@ def fast_path(pacer: Pacer, policy: RetryPolicy, origin: str) -> bool:
     )
 
 
-def plain_success(policy: RetryPolicy, status: int, headers: Any) -> bool:
-    """A success with no hints in it: nothing to learn, nothing to decide."""
-    return status < 400 and status not in policy.retry_statuses and not has_hints(headers)
+def fast_success(
+    pacer: Pacer, policy: RetryPolicy, origin: str, status: int, headers: Any
+) -> dict[str, Any] | None:
+    """
+    The record of a fast-path first attempt that needs nothing more, or ``None``.
 
-
-def first_attempt_record() -> dict[str, Any]:
-    """The record of a call that succeeded on its first attempt."""
+    A plain success (no hints to learn from, nothing to decide) is noted for the learned-rate
+    estimate; anything else goes through the flow.
+    """
+    if status >= 400 or status in policy.retry_statuses or has_hints(headers):
+        return None
+    pacer.note_success(origin, pacer.clock())
     return {"attempts": 1, "waits": [], "total_wait": 0.0, "reasons": [], "gave_up": None}
+
+
+def edge_config(
+    policy: object, pacer: object, rng: random.Random | None
+) -> tuple[RetryPolicy, Pacer, random.Random]:
+    """Validate an edge's ``policy`` and ``pacer`` arguments and fill in the defaults."""
+    from .policy import DEFAULT_POLICY
+
+    if policy is not None and not isinstance(policy, RetryPolicy):
+        msg = f"policy must be a RetryPolicy, not {type(policy).__name__}"
+        raise TypeError(msg)
+    if pacer is not None and not isinstance(pacer, Pacer):
+        msg = f"pacer must be a Pacer, not {type(pacer).__name__}"
+        raise TypeError(msg)
+    return policy or DEFAULT_POLICY, pacer or Pacer(), rng or random.Random()

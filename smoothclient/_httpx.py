@@ -28,13 +28,13 @@ from ._flow import (
     describe,
     drive,
     drive_async,
+    edge_config,
     fast_path,
-    first_attempt_record,
+    fast_success,
     origin_key,
-    plain_success,
 )
 from .pacer import Pacer
-from .policy import DEFAULT_POLICY, RetryPolicy
+from .policy import RetryPolicy
 
 __all__ = ["AsyncSmoothTransport", "SmoothTransport"]
 
@@ -89,15 +89,7 @@ class _Base:
         pacer: Pacer | None,
         rng: random.Random | None,
     ) -> None:
-        if policy is not None and not isinstance(policy, RetryPolicy):
-            msg = f"policy must be a RetryPolicy, not {type(policy).__name__}"
-            raise TypeError(msg)
-        if pacer is not None and not isinstance(pacer, Pacer):
-            msg = f"pacer must be a Pacer, not {type(pacer).__name__}"
-            raise TypeError(msg)
-        self.policy = policy or DEFAULT_POLICY
-        self.pacer = pacer or Pacer()
-        self._rng = rng or random.Random()
+        self.policy, self.pacer, self._rng = edge_config(policy, pacer, rng)
 
     def _origin(self, request: httpx.Request) -> str:
         url = request.url
@@ -161,9 +153,11 @@ class SmoothTransport(_Base, httpx.BaseTransport):
                 if first is None:
                     raise
             else:
-                if plain_success(self.policy, last.status_code, last.headers):
-                    self.pacer.note_success(origin, self.pacer.clock())
-                    last.extensions["smoothclient"] = first_attempt_record()
+                record = fast_success(
+                    self.pacer, self.policy, origin, last.status_code, last.headers
+                )
+                if record is not None:
+                    last.extensions["smoothclient"] = record
                     return last
                 first = _reply(last)
         done = drive(
@@ -235,9 +229,11 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
                 if first is None:
                     raise
             else:
-                if plain_success(self.policy, last.status_code, last.headers):
-                    self.pacer.note_success(origin, self.pacer.clock())
-                    last.extensions["smoothclient"] = first_attempt_record()
+                record = fast_success(
+                    self.pacer, self.policy, origin, last.status_code, last.headers
+                )
+                if record is not None:
+                    last.extensions["smoothclient"] = record
                     return last
                 first = _reply(last)
         done = await drive_async(

@@ -26,13 +26,13 @@ from ._flow import (
     Reply,
     describe,
     drive,
+    edge_config,
     fast_path,
-    first_attempt_record,
+    fast_success,
     origin_key,
-    plain_success,
 )
 from .pacer import Pacer
-from .policy import DEFAULT_POLICY, RetryPolicy
+from .policy import RetryPolicy
 
 __all__ = ["SmoothAdapter"]
 
@@ -125,15 +125,7 @@ class SmoothAdapter(HTTPAdapter):
         if "max_retries" in http_adapter_kwargs:
             msg = "SmoothAdapter retries by itself: pass policy=RetryPolicy(...), not max_retries"
             raise TypeError(msg)
-        if policy is not None and not isinstance(policy, RetryPolicy):
-            msg = f"policy must be a RetryPolicy, not {type(policy).__name__}"
-            raise TypeError(msg)
-        if pacer is not None and not isinstance(pacer, Pacer):
-            msg = f"pacer must be a Pacer, not {type(pacer).__name__}"
-            raise TypeError(msg)
-        self.policy = policy or DEFAULT_POLICY
-        self.pacer = pacer or Pacer()
-        self._rng = rng or random.Random()
+        self.policy, self.pacer, self._rng = edge_config(policy, pacer, rng)
         self._sleep = sleep
         super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
 
@@ -161,9 +153,11 @@ class SmoothAdapter(HTTPAdapter):
                 if first is None:
                     raise
             else:
-                if plain_success(self.policy, last.status_code, last.headers):
-                    self.pacer.note_success(origin, self.pacer.clock())
-                    last.smoothclient = first_attempt_record()  # type: ignore[attr-defined]
+                record = fast_success(
+                    self.pacer, self.policy, origin, last.status_code, last.headers
+                )
+                if record is not None:
+                    last.smoothclient = record  # type: ignore[attr-defined]
                     return last
                 first = _reply(last)
         key = self.policy.idempotency_header

@@ -18,6 +18,7 @@ anything else goes through the bucket.  Every request is logged
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -99,6 +100,11 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
     owner: LimitedServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients hanging up (resets, broken pipes) are normal here: stay quiet."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class LimitedServer:
