@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -211,10 +212,16 @@ class _Parser:
 
 def parse_list(text: str) -> list[Item]:
     """Parse an sf-list; raise :class:`SFVError` when it is malformed."""
+    return list(_parse_list_cached(text))
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_list_cached(text: str) -> tuple[Item, ...]:
+    """Servers repeat the same field values (a policy never changes): parse each once."""
     p = _Parser(text)
     out: list[Item] = []
     p.members(lambda: out.append(p.item_or_inner_list()))
-    return out
+    return tuple(out)
 
 
 def parse_dictionary(text: str) -> dict[str, Item]:

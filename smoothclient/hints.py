@@ -528,7 +528,7 @@ def _zendesk(ctx: _Ctx, name: str, values: list[str]) -> Iterator[Quota]:
 # none of them, and reading hints must cost next to nothing on a healthy origin.
 _EXTRACTORS: tuple[tuple[Callable[[_Ctx], Iterator[Quota]], tuple[str, ...]], ...] = (
     (_ietf, ("ratelimit",)),
-    (_legacy_ietf, ("ratelimit-",)),
+    (_legacy_ietf, ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")),
     (_x_ratelimit, ("x-ratelimit-", "x-rate-limit")),
     (_dimensioned, ("x-ratelimit-", "x-rate-limit-", "anthropic-ratelimit-")),
     (
