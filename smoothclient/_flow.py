@@ -30,14 +30,15 @@ __all__ = [
     "CallRecord",
     "Failure",
     "Finished",
+    "FirstTry",
     "Reply",
     "Sleep",
     "describe",
     "drive",
     "drive_async",
     "edge_config",
-    "fast_path",
-    "fast_success",
+    "first_try",
+    "first_try_async",
     "origin_key",
 ]
 
@@ -425,6 +426,72 @@ def fast_success(
         return None
     pacer.note_success(origin, pacer.clock())
     return {"attempts": 1, "waits": [], "total_wait": 0.0, "reasons": [], "gave_up": None}
+
+
+@dataclass
+class FirstTry(Generic[R]):
+    """
+    The edge's fast-path first attempt.
+
+    ``record`` is set when the call is already complete (a plain success); otherwise
+    ``response`` / ``error`` and ``result`` go on into the flow.  All empty when the origin
+    was not healthy enough to skip admission.
+    """
+
+    response: R | None = None
+    error: Exception | None = None
+    result: Reply | Failure | None = None
+    record: dict[str, Any] | None = None
+
+
+def _first_result(
+    pacer: Pacer, policy: RetryPolicy, origin: str, response: R, reply_of: Callable[[R], Reply]
+) -> FirstTry[R]:
+    reply = reply_of(response)
+    record = fast_success(pacer, policy, origin, reply.status, reply.headers)
+    return FirstTry(response, None, reply, record)
+
+
+def first_try(
+    pacer: Pacer,
+    policy: RetryPolicy,
+    origin: str,
+    send: Callable[[], R],
+    reply_of: Callable[[R], Reply],
+    failure_of: Callable[[Exception], Failure | None],
+) -> FirstTry[R]:
+    """Send the first attempt straight away when the origin is healthy (no bookkeeping)."""
+    if not fast_path(pacer, policy, origin):
+        return FirstTry()
+    try:
+        response = send()
+    except Exception as exc:
+        failure = failure_of(exc)
+        if failure is None:
+            raise
+        return FirstTry(error=exc, result=failure)
+    return _first_result(pacer, policy, origin, response, reply_of)
+
+
+async def first_try_async(
+    pacer: Pacer,
+    policy: RetryPolicy,
+    origin: str,
+    send: Callable[[], Awaitable[R]],
+    reply_of: Callable[[R], Reply],
+    failure_of: Callable[[Exception], Failure | None],
+) -> FirstTry[R]:
+    """Async twin of :func:`first_try`."""
+    if not fast_path(pacer, policy, origin):
+        return FirstTry()
+    try:
+        response = await send()
+    except Exception as exc:
+        failure = failure_of(exc)
+        if failure is None:
+            raise
+        return FirstTry(error=exc, result=failure)
+    return _first_result(pacer, policy, origin, response, reply_of)
 
 
 def edge_config(

@@ -29,8 +29,8 @@ from ._flow import (
     drive,
     drive_async,
     edge_config,
-    fast_path,
-    fast_success,
+    first_try,
+    first_try_async,
     origin_key,
 )
 from .pacer import Pacer
@@ -142,33 +142,20 @@ class SmoothTransport(_Base, httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
         origin = self._origin(request)
-        first: Reply | Failure | None = None
-        last: httpx.Response | None = None
-        error: Exception | None = None
-        if fast_path(self.pacer, self.policy, origin):
-            try:
-                last = self.transport.handle_request(request)
-            except Exception as exc:
-                first, error = _failure(exc), exc
-                if first is None:
-                    raise
-            else:
-                record = fast_success(
-                    self.pacer, self.policy, origin, last.status_code, last.headers
-                )
-                if record is not None:
-                    last.extensions["smoothclient"] = record
-                    return last
-                first = _reply(last)
+        send = partial(self.transport.handle_request, request)
+        first = first_try(self.pacer, self.policy, origin, send, _reply, _failure)
+        if first.response is not None and first.record is not None:
+            first.response.extensions["smoothclient"] = first.record
+            return first.response
         done = drive(
-            self._flow(request, origin, first),
-            partial(self.transport.handle_request, request),
+            self._flow(request, origin, first.result),
+            send,
             _reply,
             _failure,
             self._discard,
             self._sleep,
-            last=last,
-            error=error,
+            last=first.response,
+            error=first.error,
         )
         response = done.unwrap()
         response.extensions["smoothclient"] = done.record.as_dict()
@@ -218,33 +205,20 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
         origin = self._origin(request)
-        first: Reply | Failure | None = None
-        last: httpx.Response | None = None
-        error: Exception | None = None
-        if fast_path(self.pacer, self.policy, origin):
-            try:
-                last = await self.transport.handle_async_request(request)
-            except Exception as exc:
-                first, error = _failure(exc), exc
-                if first is None:
-                    raise
-            else:
-                record = fast_success(
-                    self.pacer, self.policy, origin, last.status_code, last.headers
-                )
-                if record is not None:
-                    last.extensions["smoothclient"] = record
-                    return last
-                first = _reply(last)
+        send = partial(self.transport.handle_async_request, request)
+        first = await first_try_async(self.pacer, self.policy, origin, send, _reply, _failure)
+        if first.response is not None and first.record is not None:
+            first.response.extensions["smoothclient"] = first.record
+            return first.response
         done = await drive_async(
-            self._flow(request, origin, first),
-            partial(self.transport.handle_async_request, request),
+            self._flow(request, origin, first.result),
+            send,
             _reply,
             _failure,
             self._discard,
             self._sleep,
-            last=last,
-            error=error,
+            last=first.response,
+            error=first.error,
         )
         response = done.unwrap()
         response.extensions["smoothclient"] = done.record.as_dict()

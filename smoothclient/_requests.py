@@ -27,8 +27,7 @@ from ._flow import (
     describe,
     drive,
     edge_config,
-    fast_path,
-    fast_success,
+    first_try,
     origin_key,
 )
 from .pacer import Pacer
@@ -142,24 +141,10 @@ class SmoothAdapter(HTTPAdapter):
             rewind()
             return super(SmoothAdapter, self).send(request, **kwargs)
 
-        first: Reply | Failure | None = None
-        last: requests.Response | None = None
-        error: Exception | None = None
-        if fast_path(self.pacer, self.policy, origin):
-            try:
-                last = attempt()
-            except Exception as exc:
-                first, error = _failure(exc), exc
-                if first is None:
-                    raise
-            else:
-                record = fast_success(
-                    self.pacer, self.policy, origin, last.status_code, last.headers
-                )
-                if record is not None:
-                    last.smoothclient = record  # type: ignore[attr-defined]
-                    return last
-                first = _reply(last)
+        first = first_try(self.pacer, self.policy, origin, attempt, _reply, _failure)
+        if first.response is not None and first.record is not None:
+            first.response.smoothclient = first.record  # type: ignore[attr-defined]
+            return first.response
         key = self.policy.idempotency_header
         headers: Mapping[str, str] = request.headers
         flow = CallFlow(
@@ -171,9 +156,18 @@ class SmoothAdapter(HTTPAdapter):
             replayable=replayable,
             rng=self._rng,
             describe=describe(method, origin, url.path or "/"),
-            first=first,
+            first=first.result,
         )
-        done = drive(flow, attempt, _reply, _failure, _discard, self._sleep, last=last, error=error)
+        done = drive(
+            flow,
+            attempt,
+            _reply,
+            _failure,
+            _discard,
+            self._sleep,
+            last=first.response,
+            error=first.error,
+        )
         response = done.unwrap()
         response.smoothclient = done.record.as_dict()  # type: ignore[attr-defined]
         return response
