@@ -129,9 +129,16 @@ def test_single_flight_threads() -> None:
         return key.upper()
 
     results: list[str] = []
-    threads = [threading.Thread(target=lambda: results.append(slow("k"))) for _ in range(64)]
+    ready = threading.Barrier(65)
+
+    def call() -> None:
+        ready.wait(5)
+        results.append(slow("k"))
+
+    threads = [threading.Thread(target=call) for _ in range(64)]
     for t in threads:
         t.start()
+    ready.wait(5)  # every thread is about to call
     time.sleep(0.05)
     gate.set()
     for t in threads:
@@ -152,8 +159,10 @@ def test_single_flight_shares_the_error() -> None:
         raise RuntimeError("upstream down")
 
     errors: list[BaseException] = []
+    ready = threading.Barrier(65)
 
     def call() -> None:
+        ready.wait(5)
         try:
             failing("k")
         except RuntimeError as exc:
@@ -162,6 +171,7 @@ def test_single_flight_shares_the_error() -> None:
     threads = [threading.Thread(target=call) for _ in range(64)]
     for t in threads:
         t.start()
+    ready.wait(5)  # every thread is about to call
     time.sleep(0.05)
     gate.set()
     for t in threads:

@@ -7,6 +7,7 @@ import itertools
 import queue
 import random
 import threading
+import time as _time
 from collections import Counter
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -238,8 +239,9 @@ def test_reconciler_skips_in_flight_and_survives_failures(clock: FakeClock) -> N
     r = Reconciler(lambda: ["slow", "bad", "ok"], handle, every=1, concurrency=4)
     worker = threading.Thread(target=r.tick)
     worker.start()
-    while "ok" not in handled:
-        pass
+    deadline = _time.monotonic() + 5
+    while "ok" not in handled and _time.monotonic() < deadline:
+        _time.sleep(0.001)
     assert r.tick() == 0  # never overlaps itself
     gate.set()
     worker.join()
