@@ -184,6 +184,36 @@ class _Memo(Generic[K]):
             return "stale", entry
         return "expired", entry
 
+    def route(self, key: Hashable) -> tuple[str, Any]:
+        """
+        What a call for ``key`` must do, counted once here for sync and async alike.
+
+        ``("hit", entry)``: return ``entry.value``; ``("early", entry)``: reload now (XFetch),
+        falling back to ``entry.value``; ``("background", entry)``: return ``entry.value`` and
+        reload in the background; ``("load", entry_or_None)``: reload, with :meth:`fallback` on
+        failure.
+        """
+        state, entry = self.lookup(key)
+        if state == "fresh" or (state == "refresh" and key in self.flights):
+            self.stats.add("hits")
+            return "hit", entry
+        if state == "refresh":
+            self.stats.add("hits")
+            self.stats.add("early_refreshes")
+            return "early", entry
+        if state == "stale":
+            self.stats.add("stale_served")
+            return "background", entry
+        self.stats.add("misses")
+        return "load", entry
+
+    def fallback(self, entry: Any) -> bool:
+        """Stale-if-error: whether ``entry`` may stand in for the load that just failed."""
+        if self.stale_ok(entry):
+            self.stats.add("stale_served")
+            return True
+        return False
+
     def _xfetch(self, entry: _Entry, now: float) -> bool:
         """XFetch: recompute early when ``now - delta * beta * ln(U) >= expiry``."""
         u = max(self.rng.random(), 1e-300)
@@ -265,29 +295,16 @@ def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., H
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         k = key(*args, **kwargs)
-        state, entry = memo.lookup(k)
-        if state == "fresh":
-            memo.stats.add("hits")
+        action, entry = memo.route(k)
+        if action == "hit":
             return entry.value
-        if state == "refresh":
-            memo.stats.add("hits")
-            if k not in memo.flights:
-                memo.stats.add("early_refreshes")
-                try:
-                    return load(k, args, kwargs)
-                except Exception:
-                    return entry.value
-            return entry.value
-        if state == "stale":
-            memo.stats.add("stale_served")
+        if action == "background":
             refresh_in_background(k, args, kwargs)
             return entry.value
-        memo.stats.add("misses")
         try:
             return load(k, args, kwargs)
         except Exception:
-            if memo.stale_ok(entry):
-                memo.stats.add("stale_served")
+            if action == "early" or memo.fallback(entry):
                 return entry.value
             raise
 
@@ -330,29 +347,19 @@ def _async_wrapper(
     @functools.wraps(fn)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
         k = key(*args, **kwargs)
-        state, entry = memo.lookup(k)
-        if state in ("fresh", "refresh"):
-            memo.stats.add("hits")
-            if state == "refresh" and k not in memo.flights:
-                memo.stats.add("early_refreshes")
-                try:
-                    return await load(k, args, kwargs)
-                except Exception:
-                    return entry.value
+        action, entry = memo.route(k)
+        if action == "hit":
             return entry.value
-        if state == "stale":
-            memo.stats.add("stale_served")
+        if action == "background":
             if k not in memo.flights:
                 task = asyncio.get_running_loop().create_task(quiet(k, args, kwargs))
                 background.add(task)
                 task.add_done_callback(background.discard)
             return entry.value
-        memo.stats.add("misses")
         try:
             return await load(k, args, kwargs)
         except Exception:
-            if memo.stale_ok(entry):
-                memo.stats.add("stale_served")
+            if action == "early" or memo.fallback(entry):
                 return entry.value
             raise
 
