@@ -14,7 +14,8 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from enum import IntEnum
+from typing import Any, Generic, Protocol, TypeVar
 
 from . import testing
 from ._core import CallState, ErrorKind, GiveUp, Outcome, Retry, RetryEvent, decide
@@ -25,12 +26,15 @@ from .policy import RetryPolicy
 
 __all__ = [
     "DISCARD",
+    "NOT_SENT",
     "SEND",
     "CallFlow",
     "CallRecord",
     "Failure",
+    "FastLane",
     "Finished",
-    "FirstTry",
+    "FirstAttempt",
+    "Lane",
     "Reply",
     "Sleep",
     "describe",
@@ -128,12 +132,14 @@ class CallFlow:
         rng: random.Random,
         describe: str,
         first: Reply | Failure | None = None,
+        first_counted: bool = False,
         idempotent: bool | None = None,
     ) -> None:
         """
         Prepare one logical call; nothing happens until :meth:`run` is driven.
 
-        ``first`` is the result of a first attempt the edge already sent on its fast path.
+        ``first`` is the result of a first attempt the edge already sent on its fast lane;
+        ``first_counted`` True when the pacer already counts it in flight.
         """
         mode = testing.current()
         if mode is not None:
@@ -148,6 +154,7 @@ class CallFlow:
         self.rng = rng
         self.describe = describe
         self.first = first
+        self.first_counted = first_counted
         self.idempotent = idempotent
         self.record = CallRecord()
 
@@ -172,7 +179,8 @@ class CallFlow:
                 pacer.sent(self.origin)
             else:  # the edge's fast path already sent the first attempt
                 sent_at = started
-                pacer.adopt(self.origin)
+                if not self.first_counted:
+                    pacer.adopt(self.origin)
             pacer.record_attempt(self.origin, policy.budget, sent_at)
             self.record.attempts += 1
             if result is None:
@@ -291,7 +299,7 @@ class Finished(Generic[R]):
     """How a driven call ended: the last response (or ``None``), the last error, the record."""
 
     response: R | None
-    error: Exception | None
+    error: BaseException | None
     record: CallRecord
 
     def unwrap(self) -> R:
@@ -331,7 +339,7 @@ def drive(
     sleep: Callable[[float], object],
     *,
     last: R | None = None,
-    error: Exception | None = None,
+    error: BaseException | None = None,
 ) -> Finished[R]:
     """
     Run ``flow`` synchronously; return the last response or exception and the record.
@@ -375,7 +383,7 @@ async def drive_async(
     sleep: Callable[[float], Awaitable[object]],
     *,
     last: R | None = None,
-    error: Exception | None = None,
+    error: BaseException | None = None,
 ) -> Finished[R]:
     """Async twin of :func:`drive`."""
     gen = flow.run()
@@ -406,92 +414,127 @@ async def drive_async(
         gen.close()
 
 
-def fast_path(pacer: Pacer, policy: RetryPolicy, origin: str) -> bool:
-    """Whether a request may skip the flow's bookkeeping for its first attempt."""
-    return (
-        policy.budget is None and testing.current() is None and pacer.healthy(origin, pacer.clock())
-    )
+class Lane(IntEnum):
+    """How an edge's first attempt entered the fast lane."""
+
+    FLOW = 0  # not at all: the flow admits it
+    HEALTHY = 1  # a healthy origin: sent at once, not counted in flight
+    ADMITTED = 2  # a paced origin with a free slot now: sent at once, counted in flight
 
 
-def fast_success(
-    pacer: Pacer, policy: RetryPolicy, origin: str, status: int, headers: Any
-) -> dict[str, Any] | None:
+# module-level aliases: reading an enum member off its class costs a dict miss and a lookup
+_FLOW, _HEALTHY, _ADMITTED = Lane.FLOW, Lane.HEALTHY, Lane.ADMITTED
+#: The attempt was not sent on the fast lane.
+NOT_SENT: tuple[None, None, None, Lane] = (None, None, None, _FLOW)
+
+
+class FastLane:
     """
-    The record of a fast-path first attempt that needs nothing more, or ``None``.
+    The edges' fast lane: a first attempt that needs no waiting skips the flow entirely.
 
-    A plain success (no hints to learn from, nothing to decide) is noted for the learned-rate
-    estimate; anything else goes through the flow.
-    """
-    if status >= 400 or status in policy.retry_statuses or has_hints(headers):
-        return None
-    pacer.note_success(origin, pacer.clock())
-    return {"attempts": 1, "waits": [], "total_wait": 0.0, "reasons": [], "gave_up": None}
-
-
-@dataclass
-class FirstTry(Generic[R]):
-    """
-    The edge's fast-path first attempt.
-
-    ``record`` is set when the call is already complete (a plain success); otherwise
-    ``response`` / ``error`` and ``result`` go on into the flow.  All empty when the origin
-    was not healthy enough to skip admission.
+    A request to a healthy origin (or to a paced one with a slot free right now) is sent at
+    once; a response that ends the call (a success) is learned from and returned with no
+    generator, no record object and, for a healthy origin without hints, no lock.  Anything
+    else (an error status, an exception) goes on into :class:`CallFlow` as its first attempt.
     """
 
-    response: R | None = None
-    error: Exception | None = None
-    result: Reply | Failure | None = None
-    record: dict[str, Any] | None = None
+    __slots__ = ("_enabled", "_retry_statuses", "pacer")
+
+    def __init__(self, pacer: Pacer, policy: RetryPolicy) -> None:
+        """Serve requests to ``pacer``'s origins under ``policy`` (no lane with a budget)."""
+        self.pacer = pacer
+        self._enabled = policy.budget is None
+        self._retry_statuses = policy.retry_statuses
+
+    def enter(self, origin: str) -> Lane:
+        """May a first attempt to ``origin`` be sent at once?"""
+        if not self._enabled or testing._mode is not None:  # the hot path: no call
+            return _FLOW
+        pacer = self.pacer
+        now = pacer.clock()
+        if pacer.healthy(origin, now):
+            return _HEALTHY
+        return _ADMITTED if pacer.try_now(origin, now) else _FLOW
+
+    def leave(self, origin: str, lane: Lane, response: _Response) -> dict[str, Any] | None:
+        """The record when ``response`` ends the call (learned from); ``None``: to the flow."""
+        status, headers = response.status_code, response.headers
+        if status >= 400 or status in self._retry_statuses:
+            return None
+        pacer = self.pacer
+        if lane is _HEALTHY and not has_hints(headers):
+            pacer.note_success(origin, pacer.clock())  # lock-free
+        else:
+            hints = read_hints(headers)
+            pacer.observe(origin, status, hints, pacer.clock(), counted=lane is _ADMITTED)
+        return {"attempts": 1, "waits": [], "total_wait": 0.0, "reasons": [], "gave_up": None}
+
+    def failed(
+        self,
+        origin: str,
+        lane: Lane,
+        exc: BaseException,
+        failure_of: Callable[[Exception], Failure | None],
+    ) -> Failure:
+        """A fast-lane attempt raised: the failure for the flow, or ``exc`` re-raised."""
+        failure = failure_of(exc) if isinstance(exc, Exception) else None
+        if failure is None:
+            if lane is _ADMITTED:
+                self.pacer.failed(origin)
+            raise exc
+        return failure
 
 
-def _first_result(
-    pacer: Pacer, policy: RetryPolicy, origin: str, response: R, reply_of: Callable[[R], Reply]
-) -> FirstTry[R]:
-    reply = reply_of(response)
-    record = fast_success(pacer, policy, origin, reply.status, reply.headers)
-    return FirstTry(response, None, reply, record)
+class _Response(Protocol):
+    """What the fast lane reads of a response (httpx and requests alike)."""
+
+    @property
+    def status_code(self) -> int: ...  # pragma: no cover - a protocol
+
+    @property
+    def headers(self) -> Any: ...  # pragma: no cover - a protocol
+
+
+RS = TypeVar("RS", bound=_Response)
+A = TypeVar("A")
+#: A first attempt: the response, or the failure; the record if the call is complete; the lane.
+FirstAttempt = tuple[RS | None, Failure | None, dict[str, Any] | None, Lane]
 
 
 def first_try(
-    pacer: Pacer,
-    policy: RetryPolicy,
+    lane: FastLane,
     origin: str,
-    send: Callable[[], R],
-    reply_of: Callable[[R], Reply],
+    send: Callable[[A], RS],
+    request: A,
     failure_of: Callable[[Exception], Failure | None],
-) -> FirstTry[R]:
-    """Send the first attempt straight away when the origin is healthy (no bookkeeping)."""
-    if not fast_path(pacer, policy, origin):
-        return FirstTry()
+) -> FirstAttempt[RS]:
+    """Send ``request`` at once when the fast lane admits it (see :class:`FastLane`)."""
+    entry = lane.enter(origin)
+    if entry is _FLOW:
+        return NOT_SENT
     try:
-        response = send()
-    except Exception as exc:
-        failure = failure_of(exc)
-        if failure is None:
-            raise
-        return FirstTry(error=exc, result=failure)
-    return _first_result(pacer, policy, origin, response, reply_of)
+        response = send(request)
+    except BaseException as exc:
+        return None, lane.failed(origin, entry, exc, failure_of), None, entry
+    return response, None, lane.leave(origin, entry, response), entry
 
 
 async def first_try_async(
-    pacer: Pacer,
-    policy: RetryPolicy,
+    lane: FastLane,
     origin: str,
-    send: Callable[[], Awaitable[R]],
-    reply_of: Callable[[R], Reply],
+    send: Callable[[A], Awaitable[RS]],
+    request: A,
     failure_of: Callable[[Exception], Failure | None],
-) -> FirstTry[R]:
+) -> FirstAttempt[RS]:
     """Async twin of :func:`first_try`."""
-    if not fast_path(pacer, policy, origin):
-        return FirstTry()
+    entry = lane.enter(origin)
+    if entry is _FLOW:
+        return NOT_SENT
     try:
-        response = await send()
-    except Exception as exc:
-        failure = failure_of(exc)
-        if failure is None:
-            raise
-        return FirstTry(error=exc, result=failure)
-    return _first_result(pacer, policy, origin, response, reply_of)
+        response = await send(request)
+    except BaseException as exc:
+        return None, lane.failed(origin, entry, exc, failure_of), None, entry
+    return response, None, lane.leave(origin, entry, response), entry
 
 
 def edge_config(

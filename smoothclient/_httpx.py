@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import anyio
@@ -24,6 +23,8 @@ from ._core import ErrorKind
 from ._flow import (
     CallFlow,
     Failure,
+    FastLane,
+    Lane,
     Reply,
     describe,
     drive,
@@ -90,13 +91,19 @@ class _Base:
         rng: random.Random | None,
     ) -> None:
         self.policy, self.pacer, self._rng = edge_config(policy, pacer, rng)
+        self._lane = FastLane(self.pacer, self.policy)
 
     def _origin(self, request: httpx.Request) -> str:
         url = request.url
         return origin_key(url.scheme, url.host, url.port)
 
     def _flow(
-        self, request: httpx.Request, origin: str, first: Reply | Failure | None = None
+        self,
+        request: httpx.Request,
+        origin: str,
+        response: httpx.Response | None,
+        failure: Failure | None,
+        lane: Lane,
     ) -> CallFlow:
         url = request.url
         key = self.policy.idempotency_header
@@ -109,7 +116,8 @@ class _Base:
             replayable=_replayable(request),
             rng=self._rng,
             describe=describe(request.method, origin, url.path),
-            first=first,
+            first=failure if response is None else _reply(response),
+            first_counted=lane is Lane.ADMITTED,
         )
 
 
@@ -142,20 +150,20 @@ class SmoothTransport(_Base, httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
         origin = self._origin(request)
-        send = partial(self.transport.handle_request, request)
-        first = first_try(self.pacer, self.policy, origin, send, _reply, _failure)
-        if first.response is not None and first.record is not None:
-            first.response.extensions["smoothclient"] = first.record
-            return first.response
+        send = self.transport.handle_request
+        response, failure, record, lane = first_try(self._lane, origin, send, request, _failure)
+        if record is not None and response is not None:  # a success on the fast lane
+            response.extensions["smoothclient"] = record
+            return response
         done = drive(
-            self._flow(request, origin, first.result),
-            send,
+            self._flow(request, origin, response, failure, lane),
+            lambda: send(request),
             _reply,
             _failure,
             self._discard,
             self._sleep,
-            last=first.response,
-            error=first.error,
+            last=response,
+            error=None if failure is None else failure.exception,
         )
         response = done.unwrap()
         response.extensions["smoothclient"] = done.record.as_dict()
@@ -205,20 +213,22 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
         origin = self._origin(request)
-        send = partial(self.transport.handle_async_request, request)
-        first = await first_try_async(self.pacer, self.policy, origin, send, _reply, _failure)
-        if first.response is not None and first.record is not None:
-            first.response.extensions["smoothclient"] = first.record
-            return first.response
+        send = self.transport.handle_async_request
+        response, failure, record, lane = await first_try_async(
+            self._lane, origin, send, request, _failure
+        )
+        if record is not None and response is not None:  # a success on the fast lane
+            response.extensions["smoothclient"] = record
+            return response
         done = await drive_async(
-            self._flow(request, origin, first.result),
-            send,
+            self._flow(request, origin, response, failure, lane),
+            lambda: send(request),
             _reply,
             _failure,
             self._discard,
             self._sleep,
-            last=first.response,
-            error=first.error,
+            last=response,
+            error=None if failure is None else failure.exception,
         )
         response = done.unwrap()
         response.extensions["smoothclient"] = done.record.as_dict()

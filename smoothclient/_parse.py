@@ -7,6 +7,7 @@ Each returns ``None`` for anything it does not accept; none of them raises on an
 from __future__ import annotations
 
 import calendar
+import functools
 import math
 import re
 
@@ -85,17 +86,23 @@ def _two_digit_year(yy: int, now: float) -> int:
     return year
 
 
+@functools.lru_cache(maxsize=256)
+def _imf(text: str) -> float | None:
+    """An IMF-fixdate: the form of nearly every ``Date`` header, cached (it repeats each second)."""
+    m = _IMF.fullmatch(text)
+    assert m is not None
+    day, mon, year, hh, mi, ss, zone = m.groups()
+    month = _MONTHS.get(mon.lower())
+    return _epoch(int(year), month or 0, int(day), int(hh), int(mi), int(ss), _zone_offset(zone))
+
+
 def parse_http_date(value: str, now: float) -> float | None:
     """Parse an HTTP-date (IMF-fixdate, rfc850-date or asctime) to epoch seconds."""
     text = value.strip(" \t")
     if len(text) > 64:
         return None
-    if m := _IMF.fullmatch(text):
-        day, mon, year, hh, mi, ss, zone = m.groups()
-        month = _MONTHS.get(mon.lower())
-        return _epoch(
-            int(year), month or 0, int(day), int(hh), int(mi), int(ss), _zone_offset(zone)
-        )
+    if _IMF.fullmatch(text):
+        return _imf(text)
     if m := _RFC850.fullmatch(text):
         day, mon, year, hh, mi, ss, zone = m.groups()
         y = int(year) if len(year) == 4 else _two_digit_year(int(year), now)

@@ -8,8 +8,10 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,6 +25,8 @@ from ._core import ErrorKind
 from ._flow import (
     CallFlow,
     Failure,
+    FastLane,
+    Lane,
     Reply,
     describe,
     drive,
@@ -80,10 +84,33 @@ def _discard(response: requests.Response) -> None:
         response.close()
 
 
-def _rewinder(body: object) -> tuple[bool, Callable[[], None]]:
-    """Whether ``body`` can be sent again, and how to rewind it before each attempt."""
+_SCHEME_NETLOC = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)")
+
+
+@functools.lru_cache(maxsize=1024)
+def _origin_of(scheme: str, hostport: str) -> str:
+    url = parse_url(f"{scheme}://{hostport}")
+    return origin_key(url.scheme or "http", url.host or "", url.port)
+
+
+def _origin(url: str) -> str:
+    """The pacer's origin key of a prepared request's URL (cached per scheme and host:port)."""
+    m = _SCHEME_NETLOC.match(url)
+    if m is None:  # not absolute: let urllib3 make what it can of it
+        parsed = parse_url(url)
+        return origin_key(parsed.scheme or "http", parsed.host or "", parsed.port)
+    # never the user-info: no credentials in the cache, and the origin does not depend on them
+    return _origin_of(m.group(1), m.group(2).rpartition("@")[2])
+
+
+def _path(url: str) -> str:
+    return parse_url(url).path or "/"
+
+
+def _rewinder(body: object) -> tuple[bool, Callable[[], object] | None]:
+    """Whether ``body`` can be sent again, and how to rewind it before each attempt, if at all."""
     if body is None or isinstance(body, bytes | str):
-        return True, lambda: None
+        return True, None
     seek = getattr(body, "seek", None)
     tell = getattr(body, "tell", None)
     if callable(seek) and callable(tell):
@@ -93,7 +120,7 @@ def _rewinder(body: object) -> tuple[bool, Callable[[], None]]:
                 return True, lambda: seek(start, io.SEEK_SET)
         except (OSError, ValueError):
             pass
-    return False, lambda: None
+    return False, None
 
 
 class SmoothAdapter(HTTPAdapter):
@@ -125,6 +152,7 @@ class SmoothAdapter(HTTPAdapter):
             msg = "SmoothAdapter retries by itself: pass policy=RetryPolicy(...), not max_retries"
             raise TypeError(msg)
         self.policy, self.pacer, self._rng = edge_config(policy, pacer, rng)
+        self._lane = FastLane(self.pacer, self.policy)
         self._sleep = sleep
         super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
 
@@ -132,19 +160,19 @@ class SmoothAdapter(HTTPAdapter):
         self, request: requests.PreparedRequest, **kwargs: Any
     ) -> requests.Response:
         """Send ``request`` through the retry flow; return the last response."""
-        url = parse_url(request.url or "")
-        origin = origin_key(url.scheme or "http", url.host or "", url.port)
-        method = request.method or "GET"
+        origin = _origin(request.url or "")
         replayable, rewind = _rewinder(request.body)
 
-        def attempt() -> requests.Response:
-            rewind()
+        def attempt(request: requests.PreparedRequest) -> requests.Response:
+            if rewind is not None:
+                rewind()
             return super(SmoothAdapter, self).send(request, **kwargs)
 
-        first = first_try(self.pacer, self.policy, origin, attempt, _reply, _failure)
-        if first.response is not None and first.record is not None:
-            first.response.smoothclient = first.record  # type: ignore[attr-defined]
-            return first.response
+        response, failure, record, lane = first_try(self._lane, origin, attempt, request, _failure)
+        if record is not None and response is not None:  # a success on the fast lane
+            response.smoothclient = record  # type: ignore[attr-defined]
+            return response
+        method = request.method or "GET"
         key = self.policy.idempotency_header
         headers: Mapping[str, str] = request.headers
         flow = CallFlow(
@@ -155,18 +183,19 @@ class SmoothAdapter(HTTPAdapter):
             has_idempotency_key=key is not None and key in headers,
             replayable=replayable,
             rng=self._rng,
-            describe=describe(method, origin, url.path or "/"),
-            first=first.result,
+            describe=describe(method, origin, _path(request.url or "")),
+            first=failure if response is None else _reply(response),
+            first_counted=lane is Lane.ADMITTED,
         )
         done = drive(
             flow,
-            attempt,
+            lambda: attempt(request),
             _reply,
             _failure,
             _discard,
             self._sleep,
-            last=first.response,
-            error=first.error,
+            last=response,
+            error=None if failure is None else failure.exception,
         )
         response = done.unwrap()
         response.smoothclient = done.record.as_dict()  # type: ignore[attr-defined]

@@ -150,7 +150,7 @@ def retry(
                     raise _RetryResult(result, delay)
             return result
 
-        def outcome(error: Exception | None, result: Any) -> Any:
+        def outcome(error: BaseException | None, result: Any) -> Any:
             if isinstance(error, _RetryResult):
                 return error.result
             if error is not None:

@@ -14,6 +14,7 @@ level on the ``smoothclient.hints`` logger.
 from __future__ import annotations
 
 import logging
+import operator
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -114,10 +115,17 @@ def _text(value: object) -> str:
 
 
 def _collect(headers: HeadersLike) -> dict[str, list[str]]:
+    """The fields hints are read from (relevant names, ``Date``, ``Age``), lowercased."""
     fields: dict[str, list[str]] = {}
-    for name, value in _pairs(headers):
-        key = _text(name).strip().lower()
-        fields.setdefault(key, []).append(_text(value).strip(" \t"))
+    pairs: Iterable[tuple[Any, Any]]
+    if _scanner_of(headers) is _scan_httpx:  # lowercased names, undecoded: skip the views
+        pairs = [(lower.decode("latin-1"), value) for _, lower, value in headers._list]  # type: ignore[union-attr]
+    else:
+        pairs = _pairs(headers)
+    for name, value in pairs:
+        key = (name if type(name) is str else _text(name)).strip().lower()
+        if key in _CONTEXT_FIELDS or _is_relevant(key):
+            fields.setdefault(key, []).append(_text(value).strip(" \t"))
     return fields
 
 
@@ -144,6 +152,14 @@ class _Ctx:
 
     def count(self, name: str) -> float | None:
         """R5/R9: the smallest valid count among all values (the legacy list form included)."""
+        lines = self.fields.get(name)
+        if lines is None:
+            return None
+        if len(lines) == 1 and "," not in lines[0]:  # the common case: one plain value
+            value = parse_number(lines[0])
+            if value is None:
+                log.debug("ignoring unusable %s: %r", name, lines)
+            return value
         values = [parse_number(m) for m in self.members(name)]
         valid = [v for v in values if v is not None]
         if not valid and self.raw(name):
@@ -186,14 +202,17 @@ class _Ctx:
 
     def timing(self, name: str, parse: Callable[[str], float | None] | None = None) -> float | None:
         """R5: the largest valid timing value among all values of a field."""
+        lines = self.fields.get(name)
+        if lines is None:
+            return None
         parse = parse or self.reset
         values: list[float] = []
-        for line in self.raw(name):
+        for line in lines:
             whole = parse(line)
             parts = [whole] if whole is not None else [parse(m) for m in line.split(",")]
             values.extend(v for v in parts if v is not None)
-        if not values and self.raw(name):
-            log.debug("ignoring unusable %s: %r", name, self.raw(name))
+        if not values:
+            log.debug("ignoring unusable %s: %r", name, lines)
         return max(values) if values else None
 
 
@@ -201,6 +220,8 @@ class _Ctx:
 
 
 def _retry_after(ctx: _Ctx) -> float | None:
+    if not any(name in ctx.fields for name in _RETRY_AFTER_FIELDS):
+        return None
     seconds = ctx.timing("retry-after", ctx.retry_after)
     ms_values = [ctx.timing(n, parse_number) for n in ("retry-after-ms", "x-ms-retry-after-ms")]
     valid_ms = [ctx.delta(v / 1000) for v in ms_values if v is not None]
@@ -261,6 +282,9 @@ def _legacy_window(ctx: _Ctx, name: str, limit: float | None) -> float | None:
 def _x_ratelimit(ctx: _Ctx) -> Iterator[Quota]:
     """``X-RateLimit-*`` and ``X-Rate-Limit-*`` (GitHub, Twitter, Okta, Reddit, Discord, ...)."""
     for prefix in ("x-ratelimit-", "x-rate-limit-"):
+        stem = prefix.rstrip("-")
+        if not any(name.startswith(stem) for name in ctx.fields):
+            continue
         limit = ctx.count(prefix + "limit")
         if limit is None and prefix == "x-rate-limit-":
             limit = ctx.count("x-rate-limit")  # Zendesk
@@ -553,6 +577,16 @@ _TIMING_FIELDS = frozenset(
     }
 )
 _ALL_PREFIXES = tuple({p for _, prefixes in _EXTRACTORS for p in prefixes})
+_RETRY_AFTER_FIELDS = (
+    "retry-after",
+    "retry-after-ms",
+    "x-ms-retry-after-ms",
+    "x-ratelimit-retry-after",
+)
+#: Read for context, not hints: the server's clock (R8) and a cache's age (R14).
+_CONTEXT_FIELDS = frozenset({"date", "age"})
+#: Every relevant field name contains one of these: a cheap first test before the exact one.
+_NEEDLES = ("retry", "limit")
 
 
 def _binding(quotas: list[Quota]) -> Quota | None:
@@ -600,32 +634,114 @@ def _gather_quotas(ctx: _Ctx) -> list[Quota]:
 _EMPTY = Hints()
 
 
-_TIMING_BYTES = frozenset(n.encode() for n in _TIMING_FIELDS)
-_PREFIX_BYTES = tuple(p.encode() for p in _ALL_PREFIXES)
-
-
 def _is_relevant(name: str) -> bool:
-    name = name.lower()
+    """Whether a lowercased field name can carry a hint."""
     return name in _TIMING_FIELDS or name.startswith(_ALL_PREFIXES)
 
 
-def _is_relevant_raw(name: bytes) -> bool:
-    name = name.lower()
-    return name in _TIMING_BYTES or name.startswith(_PREFIX_BYTES)
+def _relevant_in(names: str) -> bool:
+    """Whether any of the lowercased, newline-separated ``names`` can carry a hint."""
+    if "retry" not in names and "limit" not in names:  # _NEEDLES, spelled out: the hot path
+        return False  # the common case, decided by two substring searches
+    return any(_is_relevant(name.strip()) for name in names.split("\n"))
+
+
+_SECOND = operator.itemgetter(1)
+
+
+class _Irrelevant:
+    """
+    Field names seen to carry no hint, exactly as headers give them (bytes or str).
+
+    Servers send the same few names on every response, so after the first few responses a
+    scan is one C-level ``issuperset`` over the names.  Bounded: past ``limit`` names it stops
+    learning (scans then take the exact path for unknown names, still correct).
+    """
+
+    __slots__ = ("_bytes", "_str", "limit")
+
+    def __init__(self, limit: int = 1024) -> None:
+        self._bytes: set[bytes] = set()
+        self._str: set[object] = set()
+        self.limit = limit
+
+    def httpx_names(self, headers: Any) -> bool:
+        """Whether any name of these ``httpx.Headers`` may carry a hint."""
+        # httpx keeps (raw name, lowercased name, value) byte triples: the lowercased names
+        # cost far less than the public views, which decode every entry
+        entries = headers._list
+        if self._bytes.issuperset(map(_SECOND, entries)):
+            return False
+        return self._learn(self._bytes, map(_SECOND, entries))
+
+    def str_names(self, names: Iterable[object]) -> bool:
+        """Whether any of these names (any case) may carry a hint."""
+        if self._str.issuperset(names):
+            return False
+        return self._learn(self._str, names)
+
+    def _learn(self, known: set[Any], names: Iterable[object]) -> bool:
+        relevant = False
+        for name in names:
+            if _is_relevant(_text(name).strip().lower()):
+                relevant = True
+            elif len(known) < self.limit:
+                known.add(name)
+        return relevant
+
+
+_IRRELEVANT = _Irrelevant()
+
+
+_scan_httpx = _IRRELEVANT.httpx_names
+_scan_mapping = _IRRELEVANT.str_names
+
+
+def _scan_pairs(headers: Any) -> bool:
+    return _relevant_in("\n".join(_text(name) for name, _ in _pairs(headers)).lower())
+
+
+def _scanner(headers: object) -> Callable[[Any], bool]:
+    """How to scan the names of headers of this type (decided once per type)."""
+    store = getattr(headers, "_list", None)
+    if (
+        type(headers).__module__.startswith("httpx")
+        and isinstance(store, list)
+        and all(isinstance(e, tuple) and len(e) == 3 and isinstance(e[1], bytes) for e in store)
+    ):
+        return _scan_httpx
+    if isinstance(headers, Mapping):
+        return _scan_mapping
+    if isinstance(headers, list | tuple):
+        return _scan_pairs
+    return _maybe  # an iterator: scanning it would consume it
+
+
+def _maybe(headers: Any) -> bool:
+    return True
+
+
+_SCANNERS: dict[type, Callable[[Any], bool]] = {}
+
+
+def _scanner_of(headers: object) -> Callable[[Any], bool]:
+    kind = type(headers)
+    scan = _SCANNERS.get(kind)
+    if scan is None:
+        scan = _scanner(headers)
+        if kind not in (list, tuple) and len(_SCANNERS) < 64:
+            _SCANNERS[kind] = scan
+    return scan
 
 
 def has_hints(headers: HeadersLike) -> bool:
     """
-    Cheaply: could these headers hold any hint?  (Mappings: only the names are looked at.)
+    Cheaply: could these headers hold any hint?  (Only the names are looked at.)
 
     ``False`` means :func:`read_hints` would return empty :class:`Hints`.
     """
-    raw = getattr(headers, "raw", None)  # httpx.Headers: undecoded names are cheaper
-    if isinstance(raw, list):
-        return any(_is_relevant_raw(bytes(name)) for name, _ in raw)
-    if isinstance(headers, Mapping):
-        return any(_is_relevant(_text(name)) for name in headers)
-    return True
+    scan = _SCANNERS.get(type(headers)) or _scanner_of(headers)
+    return scan(headers)
 
 
 def read_hints(

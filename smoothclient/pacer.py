@@ -199,6 +199,26 @@ class Pacer:
         o = self._origins.get(origin)
         return o is not None and o.known and o.rate is None and o.gate <= now and not o.waiting
 
+    def try_now(self, origin: str, now: float) -> bool:
+        """
+        Admit one request to ``origin`` at once if a slot is free now; otherwise reserve nothing.
+
+        True counts the request as sent (in flight), as :meth:`acquire` then :meth:`sent` would:
+        the edges' fast path for a paced origin that still has room (most requests to a server
+        that states its quota on every response).
+        """
+        o = self._get(origin, touch=True)
+        with o.lock:
+            if self._probing(o, now) is not None or o.gate > now or o.waiting:
+                return False
+            if o.rate is not None:
+                interval = o.interval()
+                if o.tat - (o.burst - 1) * interval > now:
+                    return False
+                o.tat = max(o.tat, now) + interval
+            o.in_flight += 1
+            return True
+
     def note_success(self, origin: str, now: float) -> None:
         """Record a success that took the fast path (for the learned-rate estimate)."""
         o = self._origins.get(origin)
@@ -234,19 +254,28 @@ class Pacer:
     # ------------------------------------------------------------------ learning
 
     def observe(
-        self, origin: str, status: int, hints: Hints, now: float, *, sent_at: float | None = None
+        self,
+        origin: str,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
     ) -> None:
         """
         Learn from one response (every response, successes included).
 
         ``sent_at`` (when the request went out) keeps a learned rate from being cut again by
-        throttles of requests sent before the last cut.
+        throttles of requests sent before the last cut.  ``counted`` False: the request was
+        never counted in flight (a fast-path request to a healthy origin).
         """
         o = self._get(origin)
         with o.lock:
             if status < 400:
                 o.successes.append(now)
-            o.in_flight = max(0, o.in_flight - 1)
+            if counted:
+                o.in_flight = max(0, o.in_flight - 1)
             o.known = True
             throttled = status == 429 or (status == 503 and hints.retry_after is not None)
             throttled = throttled or (status == 403 and hints.exhausted)

@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from smoothclient import Hints, read_hints
+from smoothclient import hints as hints_module
 from smoothclient._parse import parse_date, parse_go_duration, parse_number
+from smoothclient.hints import _Irrelevant, has_hints
 
 NOW = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT
 
@@ -688,3 +690,64 @@ def test_broken_mapping_does_not_raise() -> None:
             raise RuntimeError("boom")
 
     assert read_hints(Broken(), now=NOW) == Hints()
+
+
+# --------------------------------------------------------------------------- the cheap scan
+
+
+value_text = st.sampled_from(["1", "0", "60", '"d";r=5;t=9', '"d";q=10;w=60', "garbage", ""])
+named = st.lists(
+    st.tuples(
+        header_names | st.sampled_from(["Server", "content-type", "X-Request-Id"]), value_text
+    ),
+    max_size=6,
+)
+
+
+def as_types(pairs: list[tuple[str, str]]) -> list[object]:
+    """The same fields as every kind of headers the edges and users pass."""
+    ascii_pairs = [(n, v) for n, v in pairs if n.isascii()]
+    return [
+        pairs,
+        dict(pairs),
+        httpx.Headers(ascii_pairs),
+        requests.structures.CaseInsensitiveDict(dict(pairs)),
+        {n.upper().encode(): v.encode() for n, v in ascii_pairs},
+    ]
+
+
+@given(named)
+def test_has_hints_false_means_nothing_to_read(pairs: list[tuple[str, str]]) -> None:
+    """The scan is a sound shortcut: when it says no, read_hints finds nothing either."""
+    for headers in as_types(pairs):
+        if not has_hints(headers):  # type: ignore[arg-type]
+            assert read_hints(headers, now=NOW) == Hints()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("make", [dict, httpx.Headers, requests.structures.CaseInsensitiveDict])
+def test_has_hints_after_learning_names(make: type) -> None:
+    """Names learned as irrelevant never hide a relevant one that arrives later."""
+    boring = make({"Server": "x", "Content-Type": "text/plain"})
+    assert not has_hints(boring)
+    assert not has_hints(boring)  # now answered from the learned names
+    assert has_hints(make({"Server": "x", "Retry-After": "5"}))
+    assert has_hints(make({"X-RateLimit-Remaining": "5", "Content-Type": "text/plain"}))
+
+
+def test_learned_names_are_bounded() -> None:
+    names = _Irrelevant(limit=3)
+    assert not names.str_names([f"x-header-{i}" for i in range(10)])
+    assert len(names._str) == 3
+    assert not names.str_names([f"x-header-{i}" for i in range(10)])  # still correct past it
+    assert names.str_names(["x-header-1", "Retry-After"])
+
+
+def test_an_iterator_of_pairs_is_not_consumed_by_the_scan() -> None:
+    pairs = iter([("Retry-After", "5")])
+    assert has_hints(pairs)  # type: ignore[arg-type]
+    assert read_hints(pairs, now=NOW).retry_after == 5.0  # type: ignore[arg-type]
+
+
+def test_every_relevant_name_contains_a_needle() -> None:
+    names = (*hints_module._TIMING_FIELDS, *hints_module._ALL_PREFIXES)
+    assert all(any(n in name for n in hints_module._NEEDLES) for name in names)

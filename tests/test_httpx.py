@@ -267,3 +267,49 @@ def test_default_inner_transports_and_close() -> None:
     assert isinstance(sync.transport, httpx.HTTPTransport)
     sync.close()
     assert isinstance(AsyncSmoothTransport().transport, httpx.AsyncHTTPTransport)
+
+
+# --------------------------------------------------------------------------- the fast lane
+
+
+def test_fast_lane_learns_from_hints_on_successes(clock: FakeClock) -> None:
+    """A success with quota headers on the fast lane still teaches the pacer the rate."""
+    quota = {"RateLimit": '"d";r=50;t=10', "RateLimit-Policy": '"d";q=100;w=10'}
+    pacer = Pacer(clock=clock, probe=0)
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: httpx.Response(200, headers=quota)),
+        pacer=pacer,
+        sleep=clock.sleep,
+    )
+    with httpx.Client(transport=transport) as client:
+        for _ in range(3):
+            r = client.get(URL)
+            assert r.extensions["smoothclient"]["attempts"] == 1
+    view = pacer.view("https://api.test:443")
+    assert view.rate == pytest.approx(10.0)
+    assert (view.waiting, view.in_flight) == (0, 0)
+    assert clock.sleeps == []  # 50 left: nobody waited
+
+
+def test_fast_lane_keeps_in_flight_exact(mock: respx.MockRouter, clock: FakeClock) -> None:
+    """Errors and retries after a fast-lane first attempt leave no request counted."""
+    quota = {"RateLimit": '"d";r=50;t=10', "RateLimit-Policy": '"d";q=100;w=10'}
+    mock.get(URL).side_effect = [
+        httpx.Response(200, headers=quota),  # paced from now on
+        httpx.ConnectError("refused"),  # a fast-lane (admitted) attempt fails, then retried
+        httpx.Response(200, headers=quota),
+        RuntimeError("bug"),  # not retryable: raised from the fast lane
+        httpx.Response(503),  # an error status goes on into the flow
+        httpx.Response(200),
+    ]
+    with make(clock) as client:
+        assert client.get(URL).status_code == 200
+        r = client.get(URL)
+        assert r.extensions["smoothclient"]["attempts"] == 2
+        with pytest.raises(RuntimeError):
+            client.get(URL)
+        r = client.get(URL)
+        assert r.extensions["smoothclient"]["reasons"] == ["status 503"]
+        pacer = client._transport.pacer  # type: ignore[attr-defined]
+    view = pacer.view("https://api.test:443")
+    assert (view.waiting, view.in_flight) == (0, 0)

@@ -212,3 +212,38 @@ def test_threads_share_one_origin_safely() -> None:
     assert len(set(slots)) == len(slots)
     assert all(b - a >= 0.001 - 1e-9 for a, b in itertools.pairwise(slots))
     assert p.view(ORIGIN).waiting == 0
+
+
+def test_try_now_admits_only_without_waiting() -> None:
+    """The edges' fast lane: a free slot is taken and counted; no slot reserves nothing."""
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=2, limit=10, window=1.0, reset_after=1.0))
+    assert p.try_now(ORIGIN, 0.0)
+    assert p.try_now(ORIGIN, 0.0)
+    assert p.view(ORIGIN).in_flight == 2
+    assert not p.try_now(ORIGIN, 0.0)  # the burst is spent: 0.1 s to the next slot
+    assert p.view(ORIGIN).in_flight == 2
+    assert admit(p, 0.0) == pytest.approx(0.1)  # nothing was reserved by the refusal
+    assert p.try_now(ORIGIN, 0.25)
+
+
+def test_try_now_respects_gate_queue_and_probe() -> None:
+    p = Pacer(probe=0.25)
+    assert p.try_now(ORIGIN, 0.0)  # the cold-start probe itself
+    assert not p.try_now(ORIGIN, 0.01)  # others wait for its response
+    p.observe(ORIGIN, 429, Hints(retry_after=2.0), 0.02)
+    assert not p.try_now(ORIGIN, 1.0)  # the gate is closed
+    assert p.acquire(ORIGIN, 2.1).final  # somebody is waiting for a slot...
+    assert not p.try_now(ORIGIN, 2.1)  # ...so nobody jumps the queue
+    p.sent(ORIGIN)
+    assert p.try_now(ORIGIN, 2.1)
+
+
+def test_observe_uncounted_keeps_in_flight() -> None:
+    p = Pacer(probe=0)
+    known(p)
+    assert p.try_now(ORIGIN, 0.0)
+    p.observe(ORIGIN, 200, Hints(), 0.1, counted=False)  # a healthy-lane response
+    assert p.view(ORIGIN).in_flight == 1
+    p.observe(ORIGIN, 200, Hints(), 0.1)
+    assert p.view(ORIGIN).in_flight == 0
