@@ -13,6 +13,7 @@ level on the ``smoothclient.hints`` logger.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import re
@@ -618,12 +619,19 @@ def _safely(what: str, fn: Callable[[], Any], default: Any) -> Any:
         return default
 
 
+@functools.lru_cache(maxsize=256)
+def _extractors_for(names: tuple[str, ...]) -> tuple[Callable[[_Ctx], Iterator[Quota]], ...]:
+    """The extractors worth running on these field names (a server sends the same ones)."""
+    return tuple(
+        extract
+        for extract, prefixes in _EXTRACTORS
+        if any(name.startswith(prefixes) for name in names)
+    )
+
+
 def _gather_quotas(ctx: _Ctx) -> list[Quota]:
     quotas: list[Quota] = []
-    names = list(ctx.fields)
-    for extract, prefixes in _EXTRACTORS:
-        if not any(name.startswith(prefixes) for name in names):
-            continue
+    for extract in _extractors_for(tuple(ctx.fields)):
         try:
             quotas.extend(extract(ctx))
         except Exception:  # never crash on server input
@@ -649,20 +657,22 @@ def _relevant_in(names: str) -> bool:
 _SECOND = operator.itemgetter(1)
 
 
-class _Irrelevant:
+class _KnownNames:
     """
-    Field names seen to carry no hint, exactly as headers give them (bytes or str).
+    Field names seen to carry no hint (and those seen to), exactly as headers give them.
 
     Servers send the same few names on every response, so after the first few responses a
     scan is one C-level ``issuperset`` over the names.  Bounded: past ``limit`` names it stops
     learning (scans then take the exact path for unknown names, still correct).
     """
 
-    __slots__ = ("_bytes", "_str", "limit")
+    __slots__ = ("_bytes", "_relevant_bytes", "_relevant_str", "_str", "limit")
 
     def __init__(self, limit: int = 1024) -> None:
         self._bytes: set[bytes] = set()
         self._str: set[object] = set()
+        self._relevant_bytes: set[bytes] = set()  # and those that do, to answer yes as fast
+        self._relevant_str: set[object] = set()
         self.limit = limit
 
     def httpx_names(self, headers: Any) -> bool:
@@ -672,29 +682,35 @@ class _Irrelevant:
         entries = headers._list
         if self._bytes.issuperset(map(_SECOND, entries)):
             return False
-        return self._learn(self._bytes, map(_SECOND, entries))
+        if not self._relevant_bytes.isdisjoint(map(_SECOND, entries)):
+            return True
+        return self._learn(self._bytes, self._relevant_bytes, map(_SECOND, entries))
 
     def str_names(self, names: Iterable[object]) -> bool:
         """Whether any of these names (any case) may carry a hint."""
         if self._str.issuperset(names):
             return False
-        return self._learn(self._str, names)
+        if not self._relevant_str.isdisjoint(names):
+            return True
+        return self._learn(self._str, self._relevant_str, names)
 
-    def _learn(self, known: set[Any], names: Iterable[object]) -> bool:
+    def _learn(self, no: set[Any], yes: set[Any], names: Iterable[object]) -> bool:
         relevant = False
         for name in names:
             if _is_relevant(_text(name).strip().lower()):
                 relevant = True
-            elif len(known) < self.limit:
-                known.add(name)
+                if len(yes) < self.limit:
+                    yes.add(name)
+            elif len(no) < self.limit:
+                no.add(name)
         return relevant
 
 
-_IRRELEVANT = _Irrelevant()
+_KNOWN_NAMES = _KnownNames()
 
 
-_scan_httpx = _IRRELEVANT.httpx_names
-_scan_mapping = _IRRELEVANT.str_names
+_scan_httpx = _KNOWN_NAMES.httpx_names
+_scan_mapping = _KNOWN_NAMES.str_names
 
 
 def _scan_pairs(headers: Any) -> bool:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from smoothclient import Hints, read_hints
 from smoothclient import hints as hints_module
 from smoothclient._parse import parse_date, parse_go_duration, parse_number
-from smoothclient.hints import _Irrelevant, has_hints
+from smoothclient.hints import _KnownNames, has_hints
 
 NOW = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT
 
@@ -735,7 +735,7 @@ def test_has_hints_after_learning_names(make: type) -> None:
 
 
 def test_learned_names_are_bounded() -> None:
-    names = _Irrelevant(limit=3)
+    names = _KnownNames(limit=3)
     assert not names.str_names([f"x-header-{i}" for i in range(10)])
     assert len(names._str) == 3
     assert not names.str_names([f"x-header-{i}" for i in range(10)])  # still correct past it
