@@ -1,59 +1,105 @@
 """
 Overhead on a healthy origin: time per request added over the bare transport.
 
-httpx: in-memory MockTransport (so only client-side cost is measured), sync.
-requests: a local HTTP server on 127.0.0.1 (HTTPAdapter has no in-memory transport), in a
-child process so that its thread does not compete with the client for the GIL.
-Run: python benchmarks/overhead.py [--n 5000]
+Three stacks, each with its own bare baseline:
+
+- httpx, in memory: ``httpx.MockTransport`` (only client-side cost is measured), sync.
+- requests, in memory: urllib3's ``HTTPConnectionPool._make_request`` answers from memory, so
+  everything above the socket runs (requests, the adapter, urllib3's ``urlopen`` and its Retry).
+- requests, local server: a real server on 127.0.0.1 in a child process (so its thread does
+  not compete with the client for the GIL); the client's CPU time is measured, since the
+  loopback round trip is the same for every client and far noisier than the overhead.
+
+Method: the clients take turns in short rounds (order reversed every round, GC off inside a
+round); "added" is the median over rounds of (client - bare) in the same round, which cancels
+the drift of a shared machine far better than best-of-N.
+Run: python benchmarks/overhead.py [--rounds 150]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import io
 import multiprocessing
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import Connection
+from typing import Any
 
 import httpx
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
+from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.util import Retry
 
 import smoothclient
 from smoothclient._server import LimitedServer
 
+#: What a typical small API response carries besides any rate-limit fields.
+PLAIN = {
+    "Server": "nginx",
+    "Date": "Sun, 22 Nov 2026 20:00:00 GMT",
+    "Content-Type": "application/json",
+    "Cache-Control": "no-store",
+    "X-Request-Id": "4f1c2d",
+}
+QUOTA = {**PLAIN, "RateLimit": '"d";r=900;t=60', "RateLimit-Policy": '"d";q=1000;w=60'}
+
 
 def ok(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, content=b"ok")
+    return httpx.Response(200, headers=PLAIN, content=b"{}")
 
 
 def ok_with_quota(request: httpx.Request) -> httpx.Response:
-    headers = {"RateLimit": '"d";r=900;t=60', "RateLimit-Policy": '"d";q=1000;w=60'}
-    return httpx.Response(200, headers=headers, content=b"ok")
+    return httpx.Response(200, headers=QUOTA, content=b"{}")
 
 
-def per_request(
+Row = tuple[str, str, float, float]  # stack, client, median seconds per call, added over bare
+
+
+def paired(
+    stack: str,
     calls: dict[str, Callable[[], object]],
-    n: int,
-    repeats: int = 7,
+    *,
+    rounds: int,
+    per_round: int,
     clock: Callable[[], float] = time.perf_counter,
-) -> dict[str, float]:
-    """Best-of-``repeats`` mean seconds per call, the clients interleaved round by round."""
-    best = {name: float("inf") for name in calls}
+) -> list[Row]:
+    """Median per-call time and median paired difference to the first (bare) client."""
+    names = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
     for call in calls.values():
-        call()
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = clock()
-            for _ in range(n):
-                call()
-            best[name] = min(best[name], (clock() - start) / n)
-    return best
+        for _ in range(20):  # warm up: connections, caches, the pacer's cold-start probe
+            call()
+    for index in range(rounds):
+        gc.collect()
+        gc.disable()
+        try:
+            for name in names if index % 2 == 0 else reversed(names):
+                call = calls[name]
+                start = clock()
+                for _ in range(per_round):
+                    call()
+                samples[name].append((clock() - start) / per_round)
+        finally:
+            gc.enable()
+    base = samples[names[0]]
+    return [
+        (
+            stack,
+            name,
+            statistics.median(values),
+            statistics.median(a - b for a, b in zip(values, base, strict=True)),
+        )
+        for name, values in samples.items()
+    ]
 
 
-def httpx_rows(n: int) -> list[tuple[str, float]]:
+def httpx_rows(rounds: int) -> list[Row]:
     from httpx_retries import Retry as HRetry
     from httpx_retries import RetryTransport
 
@@ -67,10 +113,60 @@ def httpx_rows(n: int) -> list[tuple[str, float]]:
     }
     clients = {name: httpx.Client(transport=t) for name, t in transports.items()}
     calls = {name: (lambda c=c: c.get("http://t/x")) for name, c in clients.items()}
-    best = per_request(calls, n)
+    rows = paired("httpx, in memory", calls, rounds=rounds, per_round=100)
     for client in clients.values():
         client.close()
-    return [(f"httpx / {name}", seconds) for name, seconds in best.items()]
+    return rows
+
+
+def _adapters() -> dict[str, HTTPAdapter]:
+    return {
+        "bare HTTPAdapter": HTTPAdapter(),
+        "smoothclient": smoothclient.SmoothAdapter(),
+        "urllib3 Retry": HTTPAdapter(max_retries=Retry(total=5, backoff_factor=0.5)),
+    }
+
+
+def _sessions(adapters: dict[str, HTTPAdapter]) -> dict[str, requests.Session]:
+    sessions = {}
+    for name, adapter in adapters.items():
+        sessions[name] = requests.Session()
+        sessions[name].mount("http://", adapter)
+    return sessions
+
+
+@contextmanager
+def in_memory_urllib3() -> Iterator[None]:
+    """urllib3 answers every request from memory, below its retry loop."""
+
+    def answer(
+        pool: HTTPConnectionPool, conn: object, method: str, url: str, **kw: Any
+    ) -> urllib3.HTTPResponse:
+        return urllib3.HTTPResponse(
+            body=io.BytesIO(b"{}"),
+            headers={**PLAIN, "Content-Length": "2"},
+            status=200,
+            preload_content=kw.get("preload_content", True),
+            decode_content=kw.get("decode_content", True),
+            request_method=method,
+            request_url=url,
+            retries=kw.get("retries"),
+            pool=pool,
+        )
+
+    original = HTTPConnectionPool._make_request
+    HTTPConnectionPool._make_request = answer  # type: ignore[assignment,method-assign]
+    try:
+        yield
+    finally:
+        HTTPConnectionPool._make_request = original  # type: ignore[method-assign]
+
+
+def requests_memory_rows(rounds: int) -> list[Row]:
+    with in_memory_urllib3():
+        sessions = _sessions(_adapters())
+        calls = {name: (lambda s=s: s.get("http://memory.test/x")) for name, s in sessions.items()}
+        return paired("requests, in memory", calls, rounds=rounds, per_round=50)
 
 
 def _serve(conn: Connection) -> None:
@@ -92,41 +188,36 @@ def server_process() -> Iterator[str]:
         child.join(5)
 
 
-def requests_rows(n: int) -> list[tuple[str, float]]:
-    adapters: dict[str, HTTPAdapter] = {
-        "bare HTTPAdapter": HTTPAdapter(),
-        "smoothclient": smoothclient.SmoothAdapter(),
-        "urllib3 Retry": HTTPAdapter(max_retries=Retry(total=5, backoff_factor=0.5)),
-    }
+def requests_server_rows(rounds: int) -> list[Row]:
     with server_process() as base:
         url = base + "/free"
-        sessions = {}
-        for name, adapter in adapters.items():
-            sessions[name] = requests.Session()
-            sessions[name].mount("http://", adapter)
+        sessions = _sessions(_adapters())
         calls = {name: (lambda s=s: s.get(url)) for name, s in sessions.items()}
-        # the client's own CPU time: the server's share and the loopback latency are the
-        # same for every client, and wall time over a socket is far noisier than the overhead
-        best = per_request(calls, n, repeats=9, clock=time.process_time)
+        rows = paired(
+            "requests, local server (client CPU)",
+            calls,
+            rounds=rounds,
+            per_round=20,
+            clock=time.process_time,
+        )
         for session in sessions.values():
             session.close()
-    return [(f"requests / {name}", seconds) for name, seconds in best.items()]
+    return rows
 
 
-def table(rows: list[tuple[str, float]]) -> str:
-    bases = {"httpx": rows[0][1], "requests": rows[4][1]}
-    lines = ["| client | us per request | added over bare |", "|---|---|---|"]
-    for name, seconds in rows:
-        added = seconds - bases[name.split(" /")[0]]
-        lines.append(f"| {name} | {seconds * 1e6:.1f} | {added * 1e6:+.1f} us |")
+def table(rows: list[Row]) -> str:
+    lines = ["| stack | client | us per request | added over bare |", "|---|---|---|---|"]
+    for stack, name, seconds, added in rows:
+        lines.append(f"| {stack} | {name} | {seconds * 1e6:.1f} | {added * 1e6:+.1f} us |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="per-request overhead on a healthy origin")
-    parser.add_argument("--n", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=150)
     args = parser.parse_args()
-    rows = httpx_rows(args.n) + requests_rows(max(args.n // 3, 100))
+    rows = httpx_rows(args.rounds) + requests_memory_rows(args.rounds)
+    rows += requests_server_rows(args.rounds)
     print(table(rows))
 
 

@@ -713,6 +713,10 @@ _scan_httpx = _KNOWN_NAMES.httpx_names
 _scan_mapping = _KNOWN_NAMES.str_names
 
 
+def _scan_requests(headers: Any) -> bool:
+    return _KNOWN_NAMES.str_names(headers._store)
+
+
 def _scan_pairs(headers: Any) -> bool:
     return _relevant_in("\n".join(_text(name) for name, _ in _pairs(headers)).lower())
 
@@ -726,6 +730,9 @@ def _scanner(headers: object) -> Callable[[Any], bool]:
         and all(isinstance(e, tuple) and len(e) == 3 and isinstance(e[1], bytes) for e in store)
     ):
         return _scan_httpx
+    store = getattr(headers, "_store", None)
+    if type(headers).__name__ == "CaseInsensitiveDict" and isinstance(store, dict):
+        return _scan_requests  # requests keeps lowercased names as the keys of ``_store``
     if isinstance(headers, Mapping):
         return _scan_mapping
     if isinstance(headers, list | tuple):
