@@ -522,7 +522,13 @@ class Reconciler:
         sleep: Callable[[float], Any] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        """Configure; call :meth:`tick` yourself or :meth:`start` a thread."""
+        """
+        Configure; call :meth:`tick` yourself, :meth:`start` a thread or await :meth:`run_async`.
+
+        ``sleep`` (for tests: a fake clock's) must match the runner: a plain function for
+        :meth:`tick` and :meth:`start`, an async one for :meth:`tick_async` and
+        :meth:`run_async` (which run on asyncio).
+        """
         self.find_work, self.handle, self.key = find_work, handle, key
         self.every = seconds("every", every, allow_zero=False)
         self.jitter = jitter
@@ -552,31 +558,66 @@ class Reconciler:
 
     def tick(self) -> int:
         """Run one tick now; return how many items it dispatched (0 if one is running)."""
-        if not self._ticking.acquire(blocking=False):
+        if not self._begin_tick():
             return 0  # never overlaps itself
         try:
-            self.last_tick_at = self.clock()
-            self.counts["ticks"] += 1
             try:
                 work = list(self.find_work())
             except Exception:
-                self.counts["query_errors"] += 1
-                log.warning("reconciler query failed", exc_info=True)
-                return 0
+                return self._query_failed()
             fresh = self._claim(work)
             if fresh:
-                spread(
-                    self._dispatch,
-                    fresh,
-                    window=self.spread_over,
-                    concurrency=self.concurrency,
-                    rng=self.rng,
-                    clock=self.clock,
-                    sleep=self.sleep,
-                )
+                spread(self._dispatch, fresh, **self._spread_options())
             return len(fresh)
         finally:
             self._ticking.release()
+
+    async def tick_async(self) -> int:
+        """
+        Async twin of :meth:`tick`: ``find_work`` and ``handle`` may be sync or async.
+
+        Async handlers run as tasks spread over ``spread_over`` (at most ``concurrency`` at
+        once); sync ones as in :meth:`tick`, on threads, without blocking the event loop.
+        """
+        if not self._begin_tick():
+            return 0
+        try:
+            try:
+                found = self.find_work()
+                work = list(await found if inspect.isawaitable(found) else found)
+            except Exception:
+                return self._query_failed()
+            fresh = self._claim(work)
+            if fresh and inspect.iscoroutinefunction(self.handle):
+                await spread(self._dispatch_async, fresh, **self._spread_options())
+            elif fresh:
+                await asyncio.to_thread(spread, self._dispatch, fresh, **self._spread_options())
+            return len(fresh)
+        finally:
+            self._ticking.release()
+
+    def _begin_tick(self) -> bool:
+        if not self._ticking.acquire(blocking=False):
+            return False
+        self.last_tick_at = self.clock()
+        self.counts["ticks"] += 1
+        return True
+
+    def _query_failed(self) -> int:
+        self.counts["query_errors"] += 1
+        log.warning("reconciler query failed", exc_info=True)
+        return 0
+
+    def _spread_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "window": self.spread_over,
+            "concurrency": self.concurrency,
+            "rng": self.rng,
+            "clock": self.clock,
+        }
+        if self.sleep is not None:
+            options["sleep"] = self.sleep
+        return options
 
     def _claim(self, work: list[Any]) -> list[Any]:
         fresh = []
@@ -593,22 +634,47 @@ class Reconciler:
     def _dispatch(self, item: Any) -> None:
         try:
             self.handle(item)
-            with self._lock:
-                self.counts["dispatched"] += 1
         except Exception:
-            with self._lock:
-                self.counts["failed"] += 1
-            log.warning("reconciler item failed", exc_info=True)
+            self._settle(item, failed=True)
             raise
-        finally:
-            with self._lock:
-                self.in_flight.discard(self.key(item))
+        self._settle(item, failed=False)
+
+    async def _dispatch_async(self, item: Any) -> None:
+        try:
+            await self.handle(item)
+        except Exception:
+            self._settle(item, failed=True)
+            raise
+        self._settle(item, failed=False)
+
+    def _settle(self, item: Any, *, failed: bool) -> None:
+        with self._lock:
+            self.counts["failed" if failed else "dispatched"] += 1
+            self.in_flight.discard(self.key(item))
+        if failed:
+            log.warning("reconciler item failed", exc_info=True)
 
     def run(self) -> None:
         """Tick until :meth:`stop`."""
         while not self._stop.is_set():
             self.tick()
             self._stop.wait(self.next_interval())
+
+    async def run_async(self, *, max_ticks: int | None = None) -> None:
+        """
+        Tick on the running event loop until :meth:`stop` (or ``max_ticks``); cancel to stop.
+
+        The wait between ticks uses ``sleep`` if it was given (it must then be async), else
+        ``asyncio.sleep``.
+        """
+        self._stop.clear()
+        wait = self.sleep if self.sleep is not None else async_sleep
+        ticks = 0
+        while not self._stop.is_set() and (max_ticks is None or ticks < max_ticks):
+            await self.tick_async()
+            ticks += 1
+            if max_ticks is None or ticks < max_ticks:
+                await wait(self.next_interval())
 
     def start(self) -> None:
         """Tick in a daemon thread."""

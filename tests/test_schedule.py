@@ -292,3 +292,55 @@ def test_poisson_run_async(clock: FakeClock) -> None:
     asyncio.run(main())
     assert len(ran) == 5
     assert s.stats.events == 5
+
+
+def test_reconciler_async_recovers_lost_work_exactly_once(clock: FakeClock) -> None:
+    """The async runner: async query and handler, spread as tasks, ticks on the loop."""
+    pending = {f"job-{i}" for i in range(30)}
+    handled: list[str] = []
+    ticks_seen: list[float] = []
+
+    async def find_work() -> list[str]:
+        ticks_seen.append(clock())
+        return sorted(pending)
+
+    async def handle(item: str) -> None:
+        handled.append(item)
+
+    r = Reconciler(
+        find_work,
+        handle,
+        every=60,
+        jitter=0.1,
+        spread_over=5,
+        clock=clock,
+        sleep=clock.async_sleep,
+        rng=random.Random(3),
+    )
+    asyncio.run(r.run_async(max_ticks=2))
+    assert sorted(handled) == sorted([*pending, *pending])  # each tick: every row, once
+    assert r.counts == {"ticks": 2, "dispatched": 60, "skipped": 0, "failed": 0, "query_errors": 0}
+    assert r.in_flight == set()
+    gap = ticks_seen[1] - ticks_seen[0]
+    assert 54 <= gap <= 66 + 5  # the spread (at most 5 s), then a jittered 60 s +- 10%
+
+
+def test_reconciler_async_with_sync_parts_and_failures(clock: FakeClock) -> None:
+    handled: list[str] = []
+
+    def handle(item: str) -> None:  # sync: runs on threads, the loop stays free
+        if item == "bad":
+            raise RuntimeError("item failed")
+        handled.append(item)
+
+    r = Reconciler(lambda: ["a", "bad", "b"], handle, every=1)
+    assert asyncio.run(r.tick_async()) == 3
+    assert sorted(handled) == ["a", "b"]
+    assert (r.counts["dispatched"], r.counts["failed"]) == (2, 1)
+
+    async def broken() -> list[str]:
+        raise ConnectionError("db down")
+
+    r2 = Reconciler(broken, handle, every=1)
+    assert asyncio.run(r2.tick_async()) == 0
+    assert r2.counts["query_errors"] == 1
