@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._requests import SmoothAdapter
     from .cache import JitteredTTLCache, cached
     from .decorators import jittered, paced, retry
-    from .hints import Hints, Quota, read_hints
+    from .hints import Hints, Quota, read_body_hints, read_hints
     from .jitter import offset_for
     from .pacer import Pacer
     from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
@@ -49,6 +49,7 @@ __all__ = [
     "next_run",
     "offset_for",
     "paced",
+    "read_body_hints",
     "read_hints",
     "retry",
     "spread",
@@ -83,6 +84,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "spread": ("schedule", None),
     "offset_for": ("jitter", None),
     "read_hints": ("hints", None),
+    "read_body_hints": ("hints", None),
 }
 _SUBMODULES = frozenset({"testing", "window"})
 _EXTRA_OF = {"httpx": "httpx", "requests": "requests"}

@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from . import testing
 from ._core import CallState, ErrorKind, GiveUp, Outcome, Retry, RetryEvent, decide
 from ._errors import RateLimited
-from .hints import Hints, has_hints, read_hints
+from .hints import Hints, has_hints, read_hints, with_body_hints
 from .pacer import Pacer
 from .policy import RetryPolicy
 
@@ -80,6 +80,7 @@ class Reply:
 
     status: int
     headers: Mapping[str, str] | Any
+    body: bytes | None = None  # a small JSON error body, read for delay hints (R15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +242,8 @@ class CallFlow:
         now = pacer.clock()
         if isinstance(result, Reply):
             hints = read_hints(result.headers)
+            if result.body is not None:
+                hints = with_body_hints(hints, result.body)
             pacer.observe(self.origin, result.status, hints, now, sent_at=sent_at)
             outcome = Outcome.from_status(result.status, hints)
             if result.status < 400 and result.status not in policy.retry_statuses:

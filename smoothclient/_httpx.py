@@ -34,6 +34,7 @@ from ._flow import (
     first_try_async,
     origin_key,
 )
+from .hints import wants_body
 from .pacer import Pacer
 from .policy import RetryPolicy
 
@@ -63,7 +64,41 @@ def _failure(exc: Exception) -> Failure | None:
 
 
 def _reply(response: httpx.Response) -> Reply:
-    return Reply(response.status_code, response.headers)
+    """The flow's view of a response: with its JSON error body, when that was read (R15)."""
+    status, headers = response.status_code, response.headers
+    if wants_body(status, headers):
+        try:
+            return Reply(status, headers, response.content)
+        except httpx.ResponseNotRead:
+            pass
+    return Reply(status, headers)
+
+
+def _read_reply(response: httpx.Response) -> Reply:
+    """:func:`_reply` after reading a small JSON error body (sync responses)."""
+    if wants_body(response.status_code, response.headers):
+        try:
+            response.read()
+        except httpx.HTTPError:
+            pass  # unreadable: no body hints, that is all
+        except BaseException:
+            response.close()  # interrupted mid-read: give the connection back
+            raise
+    return _reply(response)
+
+
+async def _peek(response: httpx.Response) -> httpx.Response:
+    """Read a small JSON error body (async responses), so :func:`_reply` can use it."""
+    if wants_body(response.status_code, response.headers):
+        try:
+            await response.aread()
+        except httpx.HTTPError:
+            pass
+        except BaseException:
+            with anyio.CancelScope(shield=True):  # cancelled mid-read: still close it
+                await response.aclose()
+            raise
+    return response
 
 
 def _replayable(request: httpx.Request) -> bool:
@@ -98,12 +133,7 @@ class _Base:
         return origin_key(url.scheme, url.host, url.port)
 
     def _flow(
-        self,
-        request: httpx.Request,
-        origin: str,
-        response: httpx.Response | None,
-        failure: Failure | None,
-        lane: Lane,
+        self, request: httpx.Request, origin: str, first: Reply | Failure | None, lane: Lane
     ) -> CallFlow:
         url = request.url
         key = self.policy.idempotency_header
@@ -116,7 +146,7 @@ class _Base:
             replayable=_replayable(request),
             rng=self._rng,
             describe=describe(request.method, origin, url.path),
-            first=failure if response is None else _reply(response),
+            first=first,
             first_counted=lane is Lane.ADMITTED,
         )
 
@@ -155,10 +185,11 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         if record is not None and response is not None:  # a success on the fast lane
             response.extensions["smoothclient"] = record
             return response
+        first = failure if response is None else _read_reply(response)
         done = drive(
-            self._flow(request, origin, response, failure, lane),
+            self._flow(request, origin, first, lane),
             lambda: send(request),
-            _reply,
+            _read_reply,
             _failure,
             self._discard,
             self._sleep,
@@ -220,9 +251,14 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         if record is not None and response is not None:  # a success on the fast lane
             response.extensions["smoothclient"] = record
             return response
+        first = failure if response is None else _reply(await _peek(response))
+
+        async def attempt() -> httpx.Response:
+            return await _peek(await send(request))
+
         done = await drive_async(
-            self._flow(request, origin, response, failure, lane),
-            lambda: send(request),
+            self._flow(request, origin, first, lane),
+            attempt,
             _reply,
             _failure,
             self._discard,

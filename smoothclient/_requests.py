@@ -34,6 +34,7 @@ from ._flow import (
     first_try,
     origin_key,
 )
+from .hints import wants_body
 from .pacer import Pacer
 from .policy import RetryPolicy
 
@@ -69,7 +70,14 @@ def _failure(exc: Exception) -> Failure | None:
 
 
 def _reply(response: requests.Response) -> Reply:
-    return Reply(response.status_code, response.headers)
+    """The flow's view of a response, with a small JSON error body for its hints (R15)."""
+    status, headers = response.status_code, response.headers
+    if wants_body(status, headers):
+        try:
+            return Reply(status, headers, response.content)
+        except (requests.RequestException, RuntimeError):
+            pass  # unreadable: the flow goes on without the body's hints
+    return Reply(status, headers)
 
 
 def _discard(response: requests.Response) -> None:

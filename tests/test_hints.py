@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from smoothclient import Hints, read_hints
 from smoothclient import hints as hints_module
 from smoothclient._parse import parse_date, parse_go_duration, parse_number
-from smoothclient.hints import _KnownNames, has_hints
+from smoothclient.hints import _KnownNames, has_hints, read_body_hints, wants_body, with_body_hints
 
 NOW = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT
 
@@ -751,3 +751,97 @@ def test_an_iterator_of_pairs_is_not_consumed_by_the_scan() -> None:
 def test_every_relevant_name_contains_a_needle() -> None:
     names = (*hints_module._TIMING_FIELDS, *hints_module._ALL_PREFIXES)
     assert all(any(n in name for n in hints_module._NEEDLES) for name in names)
+
+
+# --------------------------------------------------------------------------- bodies (R15)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            b'{"message": "You are being rate limited.", "retry_after": 64.57, "global": false}',
+            64.57,
+        ),
+        ('{"retry_after": 2}', 2.0),
+        (
+            b'{"error": {"code": 429, "details": [{"@type": "type.googleapis.com/google.rpc.'
+            b'ErrorInfo"}, {"@type": "type.googleapis.com/google.rpc.RetryInfo", '
+            b'"retryDelay": "27s"}]}}',
+            27.0,
+        ),
+        (
+            b'{"error": {"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", '
+            b'"retryDelay": "0.000340s"}]}}',
+            0.00034,
+        ),
+        (b'{"retry_after": -1}', None),
+        (b'{"retry_after": true}', None),
+        (b'{"retry_after": "5"}', None),
+        (b'{"retry_after": 1e400}', None),
+        (b'{"retry_after": 99999999999999999999999999999999999999999999}', None),
+        (b'{"error": {"details": [{"@type": "x", "retryDelay": "3s"}]}}', None),
+        (b'{"error": {"details": "nope"}}', None),
+        (
+            b'{"error": {"details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", '
+            b'"retryDelay": "3 minutes"}]}}',
+            None,
+        ),
+        (b"[1, 2]", None),
+        (b"not json", None),
+        (b"\xff\xfe", None),
+        (b"[" * 100_000, None),
+        (b" " * 70_000 + b'{"retry_after": 1}', None),  # past the size limit
+    ],
+)
+def test_read_body_hints(body: bytes | str, expected: float | None) -> None:
+    assert read_body_hints(body).retry_after == expected
+
+
+@given(st.binary(max_size=200) | st.text(max_size=200))
+def test_read_body_hints_never_raises(body: bytes | str) -> None:
+    found = read_body_hints(body).retry_after
+    assert found is None or 0 <= found <= 365 * 86400
+
+
+@pytest.mark.parametrize(
+    ("header", "body", "expected"),
+    [
+        (None, 6.25, 6.25),  # the body fills in
+        (7.0, 6.25, 6.25),  # they agree to a second: the body is the precise one
+        (30.0, 6.25, 30.0),  # they disagree: the later
+        (3.0, None, 3.0),  # nothing in the body
+    ],
+)
+def test_with_body_hints(header: float | None, body: float | None, expected: float) -> None:
+    text = "{}" if body is None else f'{{"retry_after": {body}}}'
+    merged = with_body_hints(Hints(retry_after=header, remaining=3.0), text)
+    assert merged.retry_after == expected
+    assert merged.remaining == 3.0  # the rest of the header hints kept
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "expected"),
+    [
+        (429, {"Content-Type": "application/json", "Content-Length": "80"}, True),
+        (
+            503,
+            {"content-type": "application/problem+json; charset=utf-8", "content-length": "9"},
+            True,
+        ),
+        (200, {"Content-Type": "application/json", "Content-Length": "80"}, False),
+        (429, {"Content-Type": "text/html", "Content-Length": "80"}, False),
+        (429, {"Content-Type": "application/json"}, False),  # chunked: unknown length
+        (429, {"Content-Type": "application/json", "Content-Length": "99999999"}, False),
+        (429, {"Content-Type": "application/json", "Content-Length": "-1"}, False),
+        (429, {"Content-Type": "application/json", "Content-Length": "1e3"}, False),
+    ],
+)
+def test_wants_body(status: int, headers: dict[str, str], expected: bool) -> None:
+    assert wants_body(status, httpx.Headers(headers)) is expected
+    assert wants_body(status, requests.structures.CaseInsensitiveDict(headers)) is expected
+
+
+def test_wants_body_odd_values() -> None:
+    assert not wants_body(429, {"content-type": "application/json", "content-length": "٣"})
+    assert not wants_body(429, [("content-type", "application/json")])  # no .get: no body

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import anyio
 import httpx
 import pytest
 import respx
@@ -313,3 +314,119 @@ def test_fast_lane_keeps_in_flight_exact(mock: respx.MockRouter, clock: FakeCloc
         pacer = client._transport.pacer  # type: ignore[attr-defined]
     view = pacer.view("https://api.test:443")
     assert (view.waiting, view.in_flight) == (0, 0)
+
+
+# --------------------------------------------------------------------------- body hints (R15)
+
+
+class SyncBody(httpx.SyncByteStream):
+    """A body that arrives over the wire (not read yet), as from a real server."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.data
+
+
+class AsyncBody(httpx.AsyncByteStream):
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.data
+
+
+DISCORD = b'{"message": "You are being rate limited.", "retry_after": 6.25, "global": false}'
+GOOGLE = (
+    b'{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [{"@type": '
+    b'"type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "4.5s"}]}}'
+)
+
+
+def json_error(status: int, body: bytes, stream: type[object], **headers: str) -> httpx.Response:
+    fields = {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}
+    return httpx.Response(status, headers=fields, stream=stream(body))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "at_least", "at_most"),
+    [
+        (DISCORD, {}, 6.25, 6.35),  # only the body says when
+        (DISCORD, {"Retry-After": "7"}, 6.25, 6.35),  # the body is the precise one
+        (GOOGLE, {}, 4.5, 4.6),
+        (b'{"retry_after": 1e999}', {"Retry-After": "2"}, 2.0, 2.1),  # garbage: the header
+    ],
+)
+def test_sync_reads_delays_from_json_error_bodies(
+    clock: FakeClock, body: bytes, headers: dict[str, str], at_least: float, at_most: float
+) -> None:
+    answers = iter([json_error(429, body, SyncBody, **headers), httpx.Response(200)])
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: next(answers)),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+    )
+    with httpx.Client(transport=transport) as client:
+        assert client.get(URL).status_code == 200
+    assert at_least <= sum(clock.sleeps) <= at_most + 1e-9
+
+
+@pytest.mark.anyio
+async def test_async_reads_delays_from_json_error_bodies(clock: FakeClock) -> None:
+    answers = iter([json_error(429, DISCORD, AsyncBody), json_error(503, GOOGLE, AsyncBody)])
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return next(answers, httpx.Response(200))
+
+    transport = AsyncSmoothTransport(
+        httpx.MockTransport(handler),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.async_sleep,
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        r = await client.get(URL)
+    assert r.status_code == 200
+    assert r.extensions["smoothclient"]["attempts"] == 3
+    waits = r.extensions["smoothclient"]["waits"]  # each: the backoff, then the pacer's slot
+    assert 6.25 <= sum(waits[:2]) <= 6.25 + 0.1  # shifted by the body, then 0.1 s of jitter
+    assert 4.5 <= sum(waits[2:]) <= 4.5 + 0.2 + 1e-9  # the second window is twice as wide
+
+
+def test_body_of_the_returned_error_stays_readable(clock: FakeClock) -> None:
+    """Reading the body for hints does not take it from the caller."""
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: json_error(429, DISCORD, SyncBody)),
+        policy=RetryPolicy(attempts=1),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+    )
+    with httpx.Client(transport=transport) as client:
+        r = client.get(URL)
+    assert r.status_code == 429
+    assert r.json()["retry_after"] == 6.25
+
+
+@pytest.mark.anyio
+async def test_cancelled_while_reading_an_error_body_closes_it(clock: FakeClock) -> None:
+    closed: list[bool] = []
+
+    class Stalled(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            await anyio.sleep_forever()
+            yield b""  # pragma: no cover - never reached
+
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return json_error(429, b"{}" * 10, lambda body: Stalled())  # type: ignore[arg-type]
+
+    transport = AsyncSmoothTransport(
+        httpx.MockTransport(handler), pacer=Pacer(clock=clock, probe=0), sleep=clock.async_sleep
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        with anyio.move_on_after(0.05) as scope:
+            await client.get(URL)
+    assert scope.cancelled_caught
+    assert closed == [True]

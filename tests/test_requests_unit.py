@@ -5,9 +5,11 @@ from __future__ import annotations
 import io
 
 import pytest
+import requests
+import requests.structures
 
 from smoothclient import _requests as requests_edge
-from smoothclient._requests import _origin, _rewinder
+from smoothclient._requests import _origin, _reply, _rewinder
 
 
 @pytest.mark.parametrize(
@@ -50,3 +52,37 @@ def test_rewinder() -> None:
     rewind()
     assert body.read() == b"bc"  # back to where it stood when the request was prepared
     assert _rewinder(iter([b"a"])) == (False, None)
+
+
+def response(status: int, body: bytes, **headers: str) -> requests.Response:
+    r = requests.Response()
+    r.status_code = status
+    r.headers = requests.structures.CaseInsensitiveDict(
+        {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}
+    )
+    r.raw = io.BytesIO(body)
+    return r
+
+
+def test_reply_carries_a_json_error_body() -> None:
+    r = response(429, b'{"retry_after": 1.5}')
+    reply = _reply(r)
+    assert reply.body == b'{"retry_after": 1.5}'
+    assert r.json()["retry_after"] == 1.5  # still there for the caller
+
+
+def test_reply_leaves_other_bodies_unread() -> None:
+    r = response(200, b'{"retry_after": 1.5}')
+    assert _reply(r).body is None
+    assert r.raw.tell() == 0  # type: ignore[union-attr]
+    assert _reply(response(429, b"<html>", **{"Content-Type": "text/html"})).body is None
+
+
+def test_reply_survives_a_broken_body() -> None:
+    class Broken(io.RawIOBase):
+        def read(self, size: int = -1) -> bytes:
+            raise requests.exceptions.ChunkedEncodingError("cut off")
+
+    r = response(429, b"{}")
+    r.raw = Broken()
+    assert _reply(r).body is None
