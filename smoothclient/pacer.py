@@ -321,8 +321,11 @@ class Pacer:
         if throttled and hints.remaining <= 0 and hints.reset_after is not None:
             o.gate = max(o.gate, now + hints.reset_after)
         if o.rate is not None:
+            # the more pessimistic of our own accounting and the server's word: responses
+            # overtake each other, and one that left the server before our latest sends
+            # reports tokens that are gone (trusting it releases a burst that earns 429s)
             tokens = available - o.waiting
-            o.tat = now + (o.burst - tokens) * o.interval()
+            o.tat = max(o.tat, now + (o.burst - tokens) * o.interval())
 
     def _throttled(self, o: _Origin, now: float) -> None:
         """Multiplicative decrease of a learned rate (the server said nothing but 429)."""

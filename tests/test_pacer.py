@@ -247,3 +247,22 @@ def test_observe_uncounted_keeps_in_flight() -> None:
     assert p.view(ORIGIN).in_flight == 1
     p.observe(ORIGIN, 200, Hints(), 0.1)
     assert p.view(ORIGIN).in_flight == 0
+
+
+def test_a_stale_quota_never_reopens_a_spent_burst() -> None:
+    """
+    Responses overtake each other: one that left the server before our latest sends reports
+    more tokens than are left.  The mirror keeps the more pessimistic of its own accounting and
+    the server's word, so such a response cannot release a burst the server will refuse.
+    """
+
+    def paced_after_stale(stale: bool) -> float:
+        p = Pacer(probe=0)
+        known(p, hints=Hints(remaining=5, limit=10, window=1.0, reset_after=1.0))
+        for _ in range(5):
+            assert admit(p, 0.0) == 0.0  # the reported burst, spent at once
+        if stale:  # the answer to a request sent before those five, still saying 5 left
+            p.observe(ORIGIN, 200, Hints(remaining=5, limit=10, window=1.0), 0.01)
+        return p.acquire(ORIGIN, 0.01).delay
+
+    assert paced_after_stale(stale=True) >= paced_after_stale(stale=False) > 0
