@@ -321,11 +321,19 @@ class Pacer:
         if throttled and hints.remaining <= 0 and hints.reset_after is not None:
             o.gate = max(o.gate, now + hints.reset_after)
         if o.rate is not None:
-            # the more pessimistic of our own accounting and the server's word: responses
-            # overtake each other, and one that left the server before our latest sends
-            # reports tokens that are gone (trusting it releases a burst that earns 429s)
             tokens = available - o.waiting
-            o.tat = max(o.tat, now + (o.burst - tokens) * o.interval())
+            interval = o.interval()
+            own = o.burst - max(0.0, o.tat - now) / interval  # tokens by our own accounting
+            reported = now + (o.burst - tokens) * interval
+            # Responses overtake each other: one that left the server before our latest sends
+            # reports tokens that are gone, and trusting it releases a burst that earns 429s.
+            # So a report may always slow us down, but speeds us up only when it gives far
+            # more than our own accounting (half the burst: a window reset, a refill we did
+            # not model), never by the few tokens an overtaken response is off by.
+            if tokens - own > o.burst / 2:
+                o.tat = reported
+            else:
+                o.tat = max(o.tat, reported)
 
     def _throttled(self, o: _Origin, now: float) -> None:
         """Multiplicative decrease of a learned rate (the server said nothing but 429)."""

@@ -266,3 +266,16 @@ def test_a_stale_quota_never_reopens_a_spent_burst() -> None:
         return p.acquire(ORIGIN, 0.01).delay
 
     assert paced_after_stale(stale=True) >= paced_after_stale(stale=False) > 0
+
+
+def test_a_window_reset_reopens_at_once() -> None:
+    """A fixed window (GitHub's hour) refills all at once: the server's word then wins."""
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=100, limit=100, window=3600.0, reset_after=10.0))
+    assert [admit(p, 0.0) for _ in range(100)] == [0.0] * 100  # the whole window, at once
+    for _ in range(100):
+        p.observe(ORIGIN, 200, Hints(remaining=0, limit=100, window=3600.0), 1.0)
+    assert p.acquire(ORIGIN, 1.0).delay > 30  # spent: one token per 36 s from here
+    p.cancel(ORIGIN)
+    p.observe(ORIGIN, 200, Hints(remaining=100, limit=100, window=3600.0), 10.5)  # new window
+    assert [admit(p, 10.5) for _ in range(50)] == [0.0] * 50
