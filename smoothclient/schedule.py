@@ -8,13 +8,14 @@ scheduler-reconciler (SEEDS.md sections 6-8).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -609,15 +610,13 @@ class Reconciler:
         return 0
 
     def _spread_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {
+        return {
             "window": self.spread_over,
             "concurrency": self.concurrency,
             "rng": self.rng,
             "clock": self.clock,
+            "sleep": self.sleep,
         }
-        if self.sleep is not None:
-            options["sleep"] = self.sleep
-        return options
 
     def _claim(self, work: list[Any]) -> list[Any]:
         fresh = []
@@ -632,27 +631,29 @@ class Reconciler:
         return fresh
 
     def _dispatch(self, item: Any) -> None:
-        try:
+        with self._settling(item):
             self.handle(item)
-        except Exception:
-            self._settle(item, failed=True)
-            raise
-        self._settle(item, failed=False)
 
     async def _dispatch_async(self, item: Any) -> None:
-        try:
+        with self._settling(item):
             await self.handle(item)
-        except Exception:
-            self._settle(item, failed=True)
-            raise
-        self._settle(item, failed=False)
 
-    def _settle(self, item: Any, *, failed: bool) -> None:
-        with self._lock:
-            self.counts["failed" if failed else "dispatched"] += 1
-            self.in_flight.discard(self.key(item))
-        if failed:
+    @contextlib.contextmanager
+    def _settling(self, item: Any) -> Iterator[None]:
+        """Count the item done or failed; release its key whatever happens (cancelled too)."""
+        try:
+            yield
+        except Exception:
+            with self._lock:
+                self.counts["failed"] += 1
             log.warning("reconciler item failed", exc_info=True)
+            raise
+        else:
+            with self._lock:
+                self.counts["dispatched"] += 1
+        finally:
+            with self._lock:
+                self.in_flight.discard(self.key(item))
 
     def run(self) -> None:
         """Tick until :meth:`stop`."""

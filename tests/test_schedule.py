@@ -344,3 +344,25 @@ def test_reconciler_async_with_sync_parts_and_failures(clock: FakeClock) -> None
     r2 = Reconciler(broken, handle, every=1)
     assert asyncio.run(r2.tick_async()) == 0
     assert r2.counts["query_errors"] == 1
+
+
+def test_reconciler_cancelled_handler_leaves_nothing_in_flight() -> None:
+    """A handler cancelled mid-way (not an error) is released, so the next tick retries it."""
+    started = asyncio.Event()
+
+    async def handle(item: str) -> None:
+        started.set()
+        await asyncio.Event().wait()  # never finishes on its own
+
+    r = Reconciler(lambda: ["job"], handle, every=60)
+
+    async def main() -> None:
+        task = asyncio.create_task(r.tick_async())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert r.in_flight == set()
+    assert (r.counts["dispatched"], r.counts["failed"]) == (0, 0)  # neither done nor failed
