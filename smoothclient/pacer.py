@@ -98,6 +98,18 @@ class _Origin:
     def interval(self) -> float:
         return 1.0 / self.rate if self.rate else 0.0
 
+    def earliest(self, not_before: float) -> float:
+        """When the next request may go, no earlier than ``not_before``: the gate, the pace."""
+        at = max(not_before, self.gate)
+        if self.rate is not None:
+            at = max(at, self.tat - (self.burst - 1) * self.interval())
+        return at
+
+    def take(self, at: float) -> None:
+        """Reserve the slot at ``at`` (advance the paced arrival time)."""
+        if self.rate is not None:
+            self.tat = max(self.tat, at) + self.interval()
+
 
 class Pacer:
     """
@@ -165,16 +177,13 @@ class Pacer:
             probing = self._probing(o, now)
             if probing is not None:
                 return probing
-            at = max(now, not_before, o.gate)
-            if o.rate is not None:
-                at = max(at, o.tat - (o.burst - 1) * o.interval())
+            at = o.earliest(max(now, not_before))
             if deadline is not None and at > deadline:
                 return Admission(at - now, final=True, granted=False)
             if at - now > HORIZON:
                 # too far ahead to fix a slot: the rate may change before then; ask again
                 return Admission(at - now - HORIZON / 2, final=False)
-            if o.rate is not None:
-                o.tat = max(o.tat, at) + o.interval()
+            o.take(at)
             o.waiting += 1
             return Admission(at - now)
 
@@ -209,13 +218,9 @@ class Pacer:
         """
         o = self._get(origin, touch=True)
         with o.lock:
-            if self._probing(o, now) is not None or o.gate > now or o.waiting:
+            if self._probing(o, now) is not None or o.waiting or o.earliest(now) > now:
                 return False
-            if o.rate is not None:
-                interval = o.interval()
-                if o.tat - (o.burst - 1) * interval > now:
-                    return False
-                o.tat = max(o.tat, now) + interval
+            o.take(now)
             o.in_flight += 1
             return True
 
