@@ -95,18 +95,21 @@ def _discard(response: requests.Response) -> None:
 _SCHEME_NETLOC = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)")
 
 
+def _parsed_origin(url: str) -> str:
+    parsed = parse_url(url)
+    return origin_key(parsed.scheme or "http", parsed.host or "", parsed.port)
+
+
 @functools.lru_cache(maxsize=1024)
 def _origin_of(scheme: str, hostport: str) -> str:
-    url = parse_url(f"{scheme}://{hostport}")
-    return origin_key(url.scheme or "http", url.host or "", url.port)
+    return _parsed_origin(f"{scheme}://{hostport}")
 
 
 def _origin(url: str) -> str:
     """The pacer's origin key of a prepared request's URL (cached per scheme and host:port)."""
     m = _SCHEME_NETLOC.match(url)
     if m is None:  # not absolute: let urllib3 make what it can of it
-        parsed = parse_url(url)
-        return origin_key(parsed.scheme or "http", parsed.host or "", parsed.port)
+        return _parsed_origin(url)
     # never the user-info: no credentials in the cache, and the origin does not depend on them
     return _origin_of(m.group(1), m.group(2).rpartition("@")[2])
 
