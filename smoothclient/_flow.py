@@ -320,8 +320,12 @@ class Finished(Generic[R]):
 
 
 @functools.lru_cache(maxsize=1024)
-def origin_key(scheme: str, host: str, port: int | None) -> str:
+def origin_key(scheme: str, host: str | bytes, port: int | None) -> str:
     """``scheme://host:port`` with the default port filled in: the pacer's origin key."""
+    if isinstance(host, bytes):  # httpx's raw_host: the ASCII (IDNA) form, cheaper to get
+        host = host.decode("latin-1")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal, bracketed as in a URL (as urllib3 gives it)
     scheme = scheme.lower()
     if port is None:
         port = 443 if scheme in ("https", "wss") else 80

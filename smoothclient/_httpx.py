@@ -130,7 +130,7 @@ class _Base:
 
     def _origin(self, request: httpx.Request) -> str:
         url = request.url
-        return origin_key(url.scheme, url.host, url.port)
+        return origin_key(url.scheme, url.raw_host, url.port)
 
     def _flow(
         self, request: httpx.Request, origin: str, first: Reply | Failure | None, lane: Lane

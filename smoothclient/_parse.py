@@ -48,6 +48,8 @@ def parse_number(value: str) -> float | None:
     Signs, exponents, underscores, non-ASCII digits, ``NaN``/``inf``, hex and trailing text are
     all rejected (bare ``float()`` accepts several of them).
     """
+    if value.isascii() and value.isdigit() and len(value) <= 400:
+        return float(value)  # the common case: plain ASCII digits, nothing to strip
     text = value.strip(" \t")
     if len(text) > 400 or not _NUMBER.fullmatch(text):
         return None
@@ -87,13 +89,15 @@ def _two_digit_year(yy: int, now: float) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _imf(text: str) -> float | None:
-    """An IMF-fixdate: the form of nearly every ``Date`` header, cached (it repeats each second)."""
+def _imf(text: str) -> tuple[bool, float | None]:
+    """Whether ``text`` is an IMF-fixdate (nearly every ``Date``: cached), and its time."""
     m = _IMF.fullmatch(text)
-    assert m is not None
+    if m is None:
+        return False, None
     day, mon, year, hh, mi, ss, zone = m.groups()
     month = _MONTHS.get(mon.lower())
-    return _epoch(int(year), month or 0, int(day), int(hh), int(mi), int(ss), _zone_offset(zone))
+    when = _epoch(int(year), month or 0, int(day), int(hh), int(mi), int(ss), _zone_offset(zone))
+    return True, when
 
 
 def parse_http_date(value: str, now: float) -> float | None:
@@ -101,8 +105,9 @@ def parse_http_date(value: str, now: float) -> float | None:
     text = value.strip(" \t")
     if len(text) > 64:
         return None
-    if _IMF.fullmatch(text):
-        return _imf(text)
+    imf, when = _imf(text)
+    if imf:
+        return when
     if m := _RFC850.fullmatch(text):
         day, mon, year, hh, mi, ss, zone = m.groups()
         y = int(year) if len(year) == 4 else _two_digit_year(int(year), now)

@@ -21,6 +21,7 @@ import math
 import operator
 import re
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -130,14 +131,29 @@ def _text(value: object) -> str:
 def _collect(headers: HeadersLike) -> dict[str, list[str]]:
     """The fields hints are read from (relevant names, ``Date``, ``Age``), lowercased."""
     fields: dict[str, list[str]] = {}
+    keys, learn = _KNOWN_NAMES.fields, _KNOWN_NAMES.learn_field
+    scan = _scanner_of(headers)
+    if scan is _scan_httpx:  # lowercased names, undecoded: skip the views, decode what is kept
+        for _, lower, raw in headers._list:  # type: ignore[union-attr]
+            key = keys.get(lower, _UNSEEN)
+            if key is _UNSEEN:
+                key = learn(lower)
+            if key is not None:
+                fields.setdefault(key, []).append(raw.decode("latin-1").strip(" \t"))
+        return fields
     pairs: Iterable[tuple[Any, Any]]
-    if _scanner_of(headers) is _scan_httpx:  # lowercased names, undecoded: skip the views
-        pairs = [(lower.decode("latin-1"), value) for _, lower, value in headers._list]  # type: ignore[union-attr]
+    if scan is _scan_requests:  # lowercased name -> (name as sent, value)
+        pairs = ((lower, entry[1]) for lower, entry in headers._store.items())  # type: ignore[union-attr]
     else:
         pairs = _pairs(headers)
     for name, value in pairs:
-        key = (name if type(name) is str else _text(name)).strip().lower()
-        if key in _CONTEXT_FIELDS or _is_relevant(key):
+        try:
+            key = keys.get(name, _UNSEEN)
+        except TypeError:  # an unhashable name in a list of pairs
+            key = _UNSEEN
+        if key is _UNSEEN:
+            key = learn(name)
+        if key is not None:
             fields.setdefault(key, []).append(_text(value).strip(" \t"))
     return fields
 
@@ -145,16 +161,25 @@ def _collect(headers: HeadersLike) -> dict[str, list[str]]:
 class _Ctx:
     """Per-response parsing context: the time reference and the reset interpretation."""
 
+    __slots__ = ("_ref", "fields", "now", "reset_format")
+
     def __init__(self, fields: dict[str, list[str]], now: float, reset_format: ResetFormat):
         self.fields = fields
         self.now = now
         self.reset_format = reset_format
-        self.ref = now
-        for raw in fields.get("date", ()):  # R8: re-base on the server's clock when sane
-            server = parse_http_date(raw, now)
-            if server is not None and abs(server - now) <= DAY:
-                self.ref = server
-                break
+        self._ref: float | None = None
+
+    @property
+    def ref(self) -> float:
+        """The time absolute values are measured from (R8): the server's clock when sane."""
+        if self._ref is None:
+            self._ref = self.now
+            for raw in self.fields.get("date", ()):
+                server = parse_http_date(raw, self.now)
+                if server is not None and abs(server - self.now) <= DAY:
+                    self._ref = server
+                    break
+        return self._ref
 
     def raw(self, name: str) -> list[str]:
         return self.fields.get(name, [])
@@ -219,6 +244,8 @@ class _Ctx:
         if lines is None:
             return None
         parse = parse or self.reset
+        if len(lines) == 1 and (single := parse(lines[0])) is not None:
+            return single  # the common case: one valid value
         values: list[float] = []
         for line in lines:
             whole = parse(line)
@@ -233,7 +260,7 @@ class _Ctx:
 
 
 def _retry_after(ctx: _Ctx) -> float | None:
-    if not any(name in ctx.fields for name in _RETRY_AFTER_FIELDS):
+    if ctx.fields.keys().isdisjoint(_RETRY_AFTER_FIELDS):
         return None
     seconds = ctx.timing("retry-after", ctx.retry_after)
     ms_values = [ctx.timing(n, parse_number) for n in ("retry-after-ms", "x-ms-retry-after-ms")]
@@ -250,7 +277,9 @@ def _retry_after(ctx: _Ctx) -> float | None:
 
 
 def _should_retry(ctx: _Ctx) -> bool | None:
-    for name in ("stripe-should-retry", "x-should-retry"):
+    if ctx.fields.keys().isdisjoint(_SHOULD_RETRY_FIELDS):
+        return None
+    for name in _SHOULD_RETRY_FIELDS:
         for value in ctx.raw(name):
             lowered = value.lower()
             if lowered in ("true", "false"):
@@ -285,6 +314,9 @@ _LIMIT_WINDOW = re.compile(r"([0-9]+)\s*;\s*(?:w|window)\s*=\s*([0-9]+)", re.ASC
 
 def _legacy_window(ctx: _Ctx, name: str, limit: float | None) -> float | None:
     """The ``N;w=S`` member of a legacy limit field whose quota equals the limit."""
+    lines = ctx.fields.get(name)
+    if lines is None or (len(lines) == 1 and ";" not in lines[0]):
+        return None  # the common case: no field, or a plain number
     for member in ctx.members(name):
         m = _LIMIT_WINDOW.fullmatch(member)
         if m and (limit is None or float(m.group(1)) == limit):
@@ -292,31 +324,35 @@ def _legacy_window(ctx: _Ctx, name: str, limit: float | None) -> float | None:
     return None
 
 
+def _x_family(ctx: _Ctx, prefix: str) -> Iterator[Quota]:
+    """``X-RateLimit-*`` (GitHub, Okta, Reddit, Discord, ...) or ``X-Rate-Limit-*`` (Twitter)."""
+    limit = ctx.count(prefix + "limit")
+    if limit is None and prefix == "x-rate-limit-":
+        limit = ctx.count("x-rate-limit")  # Zendesk
+    reset = ctx.timing(prefix + "reset-after", parse_number)  # R7: relative first
+    if reset is None:
+        reset = ctx.timing(prefix + "reset")
+    window = _legacy_window(ctx, prefix + "limit", limit) or ctx.count(prefix + "interval-seconds")
+    quota = _quota(
+        prefix.rstrip("-"),
+        remaining=ctx.count(prefix + "remaining"),
+        limit=limit,
+        used=ctx.count(prefix + "used"),
+        window=window,
+        reset_after=reset,
+    )
+    if quota:
+        yield quota
+
+
 def _x_ratelimit(ctx: _Ctx) -> Iterator[Quota]:
-    """``X-RateLimit-*`` and ``X-Rate-Limit-*`` (GitHub, Twitter, Okta, Reddit, Discord, ...)."""
-    for prefix in ("x-ratelimit-", "x-rate-limit-"):
-        stem = prefix.rstrip("-")
-        if not any(name.startswith(stem) for name in ctx.fields):
-            continue
-        limit = ctx.count(prefix + "limit")
-        if limit is None and prefix == "x-rate-limit-":
-            limit = ctx.count("x-rate-limit")  # Zendesk
-        reset = ctx.timing(prefix + "reset-after", parse_number)  # R7: relative first
-        if reset is None:
-            reset = ctx.timing(prefix + "reset")
-        window = _legacy_window(ctx, prefix + "limit", limit) or ctx.count(
-            prefix + "interval-seconds"
-        )
-        quota = _quota(
-            prefix.rstrip("-"),
-            remaining=ctx.count(prefix + "remaining"),
-            limit=limit,
-            used=ctx.count(prefix + "used"),
-            window=window,
-            reset_after=reset,
-        )
-        if quota:
-            yield quota
+    """``X-RateLimit-*``: GitHub, Okta, Reddit, Discord and many more."""
+    return _x_family(ctx, "x-ratelimit-")
+
+
+def _x_rate_limit(ctx: _Ctx) -> Iterator[Quota]:
+    """``X-Rate-Limit-*``: Twitter, and Zendesk's bare ``X-Rate-Limit``."""
+    return _x_family(ctx, "x-rate-limit-")
 
 
 _KONG_WINDOWS = {
@@ -339,15 +375,23 @@ def _reset_or_duration(ctx: _Ctx) -> Callable[[str], float | None]:
     return parse
 
 
-def _dimensioned(ctx: _Ctx) -> Iterator[Quota]:
-    """OpenAI ``x-ratelimit-*-{requests,tokens}``, Kong ``-minute``, Anthropic dimensions."""
+@functools.lru_cache(maxsize=256)
+def _dimensions(
+    fields: tuple[str, ...],
+) -> tuple[tuple[tuple[str, str], dict[str, str]], ...]:
+    """(family, dimension) -> {limit/remaining/reset: field name}, per set of field names."""
     groups: dict[tuple[str, str], dict[str, str]] = {}
-    for name in ctx.fields:
+    for name in fields:
         if (m := _SUFFIXED.fullmatch(name)) and m.group(2) != "after":
             groups.setdefault(("x-ratelimit", m.group(2)), {})[m.group(1)] = name
         elif m := _ANTHROPIC.fullmatch(name):
             groups.setdefault(("anthropic", m.group(1)), {})[m.group(2)] = name
-    for (family, dim), names in groups.items():
+    return tuple(groups.items())
+
+
+def _dimensioned(ctx: _Ctx) -> Iterator[Quota]:
+    """OpenAI ``x-ratelimit-*-{requests,tokens}``, Kong ``-minute``, Anthropic dimensions."""
+    for (family, dim), names in _dimensions(tuple(ctx.fields)):
         reset_name = names.get("reset")
         reset = ctx.timing(reset_name, _reset_or_duration(ctx)) if reset_name else None
         unit = "requests" if dim in _KONG_WINDOWS or dim == "requests" else dim
@@ -370,16 +414,21 @@ def _int_param(item: _sfv.Item, key: str) -> int | None:
     return value
 
 
-def _policies(ctx: _Ctx) -> dict[str, tuple[int, int | None, str]]:
+def _policies(ctx: _Ctx) -> Mapping[str, tuple[int, int | None, str]]:
     """``RateLimit-Policy``: name -> (quota, window, unit); legacy integer items by position."""
-    text = ", ".join(ctx.raw("ratelimit-policy"))
+    return _policies_of(", ".join(ctx.raw("ratelimit-policy")))
+
+
+@functools.lru_cache(maxsize=256)
+def _policies_of(text: str) -> Mapping[str, tuple[int, int | None, str]]:
+    """:func:`_policies` of one field value (a server sends the same policy every time)."""
     if not text:
-        return {}
+        return _NO_POLICIES
     try:
         items = _sfv.parse_list(text)
     except _sfv.SFVError:
         log.debug("ignoring malformed RateLimit-Policy: %r", text)
-        return {}
+        return _NO_POLICIES
     out: dict[str, tuple[int, int | None, str]] = {}
     for index, item in enumerate(items):
         if isinstance(item.value, str):
@@ -389,7 +438,10 @@ def _policies(ctx: _Ctx) -> dict[str, tuple[int, int | None, str]]:
                 out[item.value] = (quota, _int_param(item, "w"), unit)
         elif isinstance(item.value, int) and not isinstance(item.value, bool):
             out[f"#{index}"] = (item.value, _int_param(item, "w"), "requests")
-    return out
+    return types.MappingProxyType(out)  # cached and shared: read-only
+
+
+_NO_POLICIES: Mapping[str, tuple[int, int | None, str]] = types.MappingProxyType({})
 
 
 def _ietf(ctx: _Ctx) -> Iterator[Quota]:
@@ -414,7 +466,7 @@ def _opt(value: int | None) -> float | None:
 def _ietf_items(
     ctx: _Ctx,
     items: list[_sfv.Item],
-    policies: dict[str, tuple[int, int | None, str]],
+    policies: Mapping[str, tuple[int, int | None, str]],
     paired: set[str],
 ) -> Iterator[Quota]:
     for item in items:
@@ -438,7 +490,7 @@ def _ietf_items(
 def _ietf_dictionary(
     ctx: _Ctx,
     text: str,
-    policies: dict[str, tuple[int, int | None, str]],
+    policies: Mapping[str, tuple[int, int | None, str]],
     paired: set[str],
 ) -> Iterator[Quota]:
     try:
@@ -566,7 +618,8 @@ def _zendesk(ctx: _Ctx, name: str, values: list[str]) -> Iterator[Quota]:
 _EXTRACTORS: tuple[tuple[Callable[[_Ctx], Iterator[Quota]], tuple[str, ...]], ...] = (
     (_ietf, ("ratelimit",)),
     (_legacy_ietf, ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")),
-    (_x_ratelimit, ("x-ratelimit-", "x-rate-limit")),
+    (_x_ratelimit, ("x-ratelimit-",)),
+    (_x_rate_limit, ("x-rate-limit",)),
     (_dimensioned, ("x-ratelimit-", "x-rate-limit-", "anthropic-ratelimit-")),
     (
         _vendors,
@@ -579,23 +632,15 @@ _EXTRACTORS: tuple[tuple[Callable[[_Ctx], Iterator[Quota]], tuple[str, ...]], ..
         ),
     ),
 )
-_TIMING_FIELDS = frozenset(
-    {
-        "retry-after",
-        "retry-after-ms",
-        "x-ms-retry-after-ms",
-        "x-ratelimit-retry-after",
-        "stripe-should-retry",
-        "x-should-retry",
-    }
-)
 _ALL_PREFIXES = tuple({p for _, prefixes in _EXTRACTORS for p in prefixes})
+_SHOULD_RETRY_FIELDS = ("stripe-should-retry", "x-should-retry")
 _RETRY_AFTER_FIELDS = (
     "retry-after",
     "retry-after-ms",
     "x-ms-retry-after-ms",
     "x-ratelimit-retry-after",
 )
+_TIMING_FIELDS = frozenset(_RETRY_AFTER_FIELDS + _SHOULD_RETRY_FIELDS)
 #: Read for context, not hints: the server's clock (R8) and a cache's age (R14).
 _CONTEXT_FIELDS = frozenset({"date", "age"})
 #: Every relevant field name contains one of these: a cheap first test before the exact one.
@@ -604,6 +649,10 @@ _NEEDLES = ("retry", "limit")
 
 def _binding(quotas: list[Quota]) -> Quota | None:
     """R10: the quota closest to exhaustion (smallest remaining/limit ratio)."""
+    if len(quotas) == 1:  # the common case
+        q = quotas[0]
+        found = q.remaining is not None or q.limit is not None or q.reset_after is not None
+        return q if found else None
     known = [q for q in quotas if q.remaining is not None]
     if not known:
         return next((q for q in quotas if q.limit is not None or q.reset_after is not None), None)
@@ -619,13 +668,15 @@ def _binding(quotas: list[Quota]) -> Quota | None:
 
 def _from_cache(ctx: _Ctx) -> bool:
     """R14: rate-limit fields on a response served from a cache (positive Age) are stale."""
+    if "age" not in ctx.fields:
+        return False
     ages = [parse_number(v) for v in ctx.raw("age")]
     return any(a is not None and a > 0 for a in ages)
 
 
-def _safely(what: str, fn: Callable[[], Any], default: Any) -> Any:
+def _safely(what: str, fn: Callable[[Any], Any], arg: Any, default: Any) -> Any:
     try:
-        return fn()
+        return fn(arg)
     except Exception:  # never crash on server input
         log.debug("could not read %s hints; ignoring them", what, exc_info=True)
         return default
@@ -678,9 +729,11 @@ class _KnownNames:
     learning (scans then take the exact path for unknown names, still correct).
     """
 
-    __slots__ = ("_bytes", "_relevant_bytes", "_relevant_str", "_str", "limit")
+    __slots__ = ("_bytes", "_relevant_bytes", "_relevant_str", "_str", "fields", "limit")
 
     def __init__(self, limit: int = 1024) -> None:
+        #: name as headers give it -> the lowercased field it is read as, or None (not read)
+        self.fields: dict[object, str | None] = {}
         self._bytes: set[bytes] = set()
         self._str: set[object] = set()
         self._relevant_bytes: set[bytes] = set()  # and those that do, to answer yes as fast
@@ -706,6 +759,14 @@ class _KnownNames:
             return True
         return self._learn(self._str, self._relevant_str, names)
 
+    def learn_field(self, name: object) -> str | None:
+        """The field :func:`read_hints` reads ``name`` as (``None``: not read), remembered."""
+        key = _text(name).strip().lower()
+        found = key if key in _CONTEXT_FIELDS or _is_relevant(key) else None
+        if len(self.fields) < self.limit and type(name) in (str, bytes):
+            self.fields[name] = found
+        return found
+
     def _learn(self, no: set[Any], yes: set[Any], names: Iterable[object]) -> bool:
         relevant = False
         for name in names:
@@ -719,6 +780,7 @@ class _KnownNames:
 
 
 _KNOWN_NAMES = _KnownNames()
+_UNSEEN = "\0"  # a name not learned yet (no field is called that)
 
 
 _scan_httpx = _KNOWN_NAMES.httpx_names
@@ -799,13 +861,14 @@ def read_hints(
 
     Never raises on any header content.
     """
-    if not _safely("header", lambda: has_hints(headers), True):
+    if not _safely("header", has_hints, headers, True):
         return _EMPTY  # the common case: nothing to read
-    current = time.time() if now is None else float(now)
-    fields = _safely("header", lambda: _collect(headers), {})
-    ctx = _Ctx(fields, current, reset_format)
-    retry_after = _safely("Retry-After", lambda: _retry_after(ctx), None)
-    should_retry = _safely("should-retry", lambda: _should_retry(ctx), None)
+    fields = _safely("header", _collect, headers, None)
+    if not fields:
+        return _EMPTY
+    ctx = _Ctx(fields, time.time() if now is None else float(now), reset_format)
+    retry_after = _safely("Retry-After", _retry_after, ctx, None)
+    should_retry = _safely("should-retry", _should_retry, ctx, None)
     quotas = [] if _from_cache(ctx) else _gather_quotas(ctx)
     bound = _binding(quotas)
     if bound is None:

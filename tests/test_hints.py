@@ -742,6 +742,28 @@ def test_learned_names_are_bounded() -> None:
     assert names.str_names(["x-header-1", "Retry-After"])
 
 
+@given(named)
+def test_every_container_reads_the_same(pairs: list[tuple[str, str]]) -> None:
+    """httpx's raw list, requests' store, dicts and pairs all give the same hints."""
+    unique = list({n.lower(): (n, v) for n, v in pairs if n.isascii()}.values())
+    results = [read_hints(headers, now=NOW) for headers in as_types(unique)]  # type: ignore[arg-type]
+    assert all(result == results[0] for result in results)
+
+
+def test_learned_fields_are_bounded_and_exact() -> None:
+    names = _KnownNames(limit=2)
+    assert names.learn_field(" Retry-After ") == "retry-after"
+    assert names.learn_field(b"DATE") == "date"  # read for context, not a hint
+    assert names.learn_field("Server") is None
+    assert names.fields == {" Retry-After ": "retry-after", b"DATE": "date"}  # full: no more
+    assert names.learn_field(("not", "a", "str")) is None  # never stored: not a str or bytes
+
+
+def test_unhashable_names_in_pairs_are_read() -> None:
+    pairs = [(["Retry-After"], "5"), ("Retry-After", "7")]
+    assert read_hints(pairs, now=NOW).retry_after == 7.0  # type: ignore[arg-type]
+
+
 def test_an_iterator_of_pairs_is_not_consumed_by_the_scan() -> None:
     pairs = iter([("Retry-After", "5")])
     assert has_hints(pairs)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from smoothclient import (
     SmoothTransport,
     testing,
 )
+from smoothclient._requests import _origin as requests_origin
 from smoothclient.testing import FakeClock
 
 URL = "https://api.test/items"
@@ -215,6 +216,23 @@ def test_shared_pacer_gates_other_transports(clock: FakeClock) -> None:
         assert ca.get(URL).status_code == 429
         assert cb.get(URL).status_code == 200
     assert calls[1] - calls[0] >= 2.0
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("https://API.Test/items?q=1", "https://api.test:443"),
+        ("http://user:secret@api.test:8080/", "http://api.test:8080"),
+        ("https://bücher.example/x", "https://xn--bcher-kva.example:443"),
+        ("https://[::1]:9000/", "https://[::1]:9000"),
+        ("http://127.0.0.1/", "http://127.0.0.1:80"),
+    ],
+)
+def test_origin_keys(url: str, origin: str) -> None:
+    """Origins are keyed by scheme, ASCII host and port: no credentials, path or query."""
+    transport = SmoothTransport(httpx.MockTransport(lambda r: httpx.Response(200)))
+    assert transport._origin(httpx.Request("GET", url)) == origin
+    assert requests_origin(url) == origin  # one Pacer can serve httpx and requests alike
 
 
 def test_bad_arguments() -> None:
