@@ -1,14 +1,19 @@
 """
 Overhead on a healthy origin: time per request added over the bare transport.
 
-Three stacks, each with its own bare baseline:
+Four stacks, each with its own bare baseline:
 
-- httpx, in memory: ``httpx.MockTransport`` (only client-side cost is measured), sync.
+- httpx, in memory: ``httpx.MockTransport`` (only client-side cost is measured), sync; and the
+  same with a server that states its quota (IETF ``RateLimit``) on every response.
 - requests, in memory: urllib3's ``HTTPConnectionPool._make_request`` answers from memory, so
   everything above the socket runs (requests, the adapter, urllib3's ``urlopen`` and its Retry).
 - requests, local server: a real server on 127.0.0.1 in a child process (so its thread does
   not compete with the client for the GIL); the client's CPU time is measured, since the
   loopback round trip is the same for every client and far noisier than the overhead.
+
+Besides the peers (httpx-retries with ``backoff_factor=0.5``, urllib3's ``Retry`` through
+requests), a "floor" wrapper does only what any client that reads hints from every response
+must do on a success, and nothing else: find the origin's state, look at every header name.
 
 Method: the clients take turns in short rounds (order reversed every round, GC off inside a
 round); "added" is the median over rounds of (client - bare) in the same round, which cancels
@@ -37,7 +42,9 @@ from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.util import Retry
 
 import smoothclient
+from smoothclient._requests import _origin
 from smoothclient._server import LimitedServer
+from smoothclient.hints import has_hints
 
 #: What a typical small API response carries besides any rate-limit fields.
 PLAIN = {
@@ -99,24 +106,61 @@ def paired(
     ]
 
 
+class HintFloor(httpx.BaseTransport):
+    """
+    The least a transport that reads hints from every response does on a success: find the
+    origin's state, look at every header name.  No retries, no pacing: a floor, not a client.
+    """
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+        self.origins: dict[tuple[str, bytes, int | None], object] = {}
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        self.origins.get((url.scheme, url.raw_host, url.port))
+        response = self.inner.handle_request(request)
+        has_hints(response.headers)
+        return response
+
+
 def httpx_rows(rounds: int) -> list[Row]:
     from httpx_retries import Retry as HRetry
     from httpx_retries import RetryTransport
 
-    transports: dict[str, httpx.BaseTransport] = {
-        "bare MockTransport": httpx.MockTransport(ok),
-        "smoothclient": smoothclient.SmoothTransport(httpx.MockTransport(ok)),
-        "httpx-retries": RetryTransport(httpx.MockTransport(ok), retry=HRetry(total=5)),
-        "smoothclient, RateLimit headers on every response": smoothclient.SmoothTransport(
-            httpx.MockTransport(ok_with_quota)
-        ),
-    }
-    clients = {name: httpx.Client(transport=t) for name, t in transports.items()}
-    calls = {name: (lambda c=c: c.get("http://t/x")) for name, c in clients.items()}
-    rows = paired("httpx, in memory", calls, rounds=rounds, per_round=100)
-    for client in clients.values():
-        client.close()
+    rows: list[Row] = []
+    for stack, handler in (
+        ("httpx, in memory", ok),
+        ("httpx, in memory, RateLimit headers on every response", ok_with_quota),
+    ):
+        transports: dict[str, httpx.BaseTransport] = {
+            "bare MockTransport": httpx.MockTransport(handler),
+            "smoothclient": smoothclient.SmoothTransport(httpx.MockTransport(handler)),
+            "httpx-retries": RetryTransport(
+                httpx.MockTransport(handler), retry=HRetry(total=5, backoff_factor=0.5)
+            ),
+            "floor: origin lookup + header-name scan only": HintFloor(httpx.MockTransport(handler)),
+        }
+        clients = {name: httpx.Client(transport=t) for name, t in transports.items()}
+        calls = {name: (lambda c=c: c.get("http://t/x")) for name, c in clients.items()}
+        rows += paired(stack, calls, rounds=rounds, per_round=100)
+        for client in clients.values():
+            client.close()
     return rows
+
+
+class AdapterFloor(HTTPAdapter):
+    """:class:`HintFloor` for requests: the origin's state and a look at every header name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.origins: dict[str, object] = {}
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        self.origins.get(_origin(request.url or ""))
+        response = super().send(request, **kwargs)
+        has_hints(response.headers)
+        return response
 
 
 def _adapters() -> dict[str, HTTPAdapter]:
@@ -124,6 +168,7 @@ def _adapters() -> dict[str, HTTPAdapter]:
         "bare HTTPAdapter": HTTPAdapter(),
         "smoothclient": smoothclient.SmoothAdapter(),
         "urllib3 Retry": HTTPAdapter(max_retries=Retry(total=5, backoff_factor=0.5)),
+        "floor: origin lookup + header-name scan only": AdapterFloor(),
     }
 
 
