@@ -445,17 +445,17 @@ class FastLane:
     else (an error status, an exception) goes on into :class:`CallFlow` as its first attempt.
     """
 
-    __slots__ = ("_enabled", "_retry_statuses", "pacer")
+    __slots__ = ("_budget", "_retry_statuses", "pacer")
 
     def __init__(self, pacer: Pacer, policy: RetryPolicy) -> None:
-        """Serve requests to ``pacer``'s origins under ``policy`` (no lane with a budget)."""
+        """Serve requests to ``pacer``'s origins under ``policy``."""
         self.pacer = pacer
-        self._enabled = policy.budget is None
+        self._budget = policy.budget
         self._retry_statuses = policy.retry_statuses
 
     def enter(self, origin: str) -> Lane:
         """May a first attempt to ``origin`` be sent at once?"""
-        if not self._enabled or testing._mode is not None:  # the hot path: no call
+        if testing._mode is not None:  # the hot path: no call
             return _FLOW
         pacer = self.pacer
         now = pacer.clock()
@@ -474,6 +474,8 @@ class FastLane:
         else:
             hints = read_hints(headers)
             pacer.observe(origin, status, hints, pacer.clock(), counted=lane is _ADMITTED)
+        if self._budget is not None:  # the call's one attempt counts toward the retry budget
+            pacer.record_attempt(origin, self._budget, pacer.clock())
         return {"attempts": 1, "waits": [], "total_wait": 0.0, "reasons": [], "gave_up": None}
 
     def failed(

@@ -14,6 +14,7 @@ import respx
 from smoothclient import (
     AsyncSmoothTransport,
     Pacer,
+    RetryBudget,
     RetryEvent,
     RetryPolicy,
     SmoothTransport,
@@ -289,6 +290,28 @@ def test_default_inner_transports_and_close() -> None:
 
 
 # --------------------------------------------------------------------------- the fast lane
+
+
+@pytest.mark.parametrize("successes", [0, 4])
+def test_fast_lane_successes_count_toward_the_retry_budget(
+    clock: FakeClock, successes: int
+) -> None:
+    """Calls that succeed at once still earn retries: the budget is a share of all traffic."""
+    statuses = iter([200] * successes + [503, 200])
+    policy = RetryPolicy(budget=RetryBudget(ratio=0.5, min_per_second=0.0))
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: httpx.Response(next(statuses))),
+        policy=policy,
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+        rng=random.Random(0),
+    )
+    with httpx.Client(transport=transport) as client:
+        for _ in range(successes):
+            assert client.get(URL).status_code == 200
+        last = client.get(URL)
+    # one retry needs 2 attempts on record: only the earlier successes can provide them
+    assert last.status_code == (200 if successes else 503)
 
 
 def test_fast_lane_learns_from_hints_on_successes(clock: FakeClock) -> None:
