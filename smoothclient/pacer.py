@@ -43,6 +43,8 @@ LOW_WATER = 0.1
 HORIZON = 0.25
 #: How often a request waiting on a cold-start probe checks again.
 PROBE_POLL = 0.005
+#: How many quota sizes per origin keep a guessed window (for quotas that state none).
+MAX_WINDOW_GUESSES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +87,9 @@ class _Origin:
     tat: float = 0.0  # GCRA theoretical arrival time
     gate: float = 0.0
     reset_at: float | None = None
-    window_guess: float = 0.0
+    # quota size -> longest time-to-reset seen with it, for quotas that state no window (one
+    # origin can have several: GitHub's core 5000 an hour and search 30 a minute)
+    window_guesses: dict[float | None, float] = field(default_factory=dict)
     ceiling: float = float("inf")  # the learned rate at the last throttle
     limit: float | None = None
     learned: bool = False
@@ -104,6 +108,16 @@ class _Origin:
         if self.rate is not None:
             at = max(at, self.tat - (self.burst - 1) * self.interval())
         return at
+
+    def guess_window(self, limit: float | None, reset_after: float | None) -> float:
+        """The window of a quota of ``limit`` that states none: its longest time-to-reset."""
+        guesses = self.window_guesses
+        guess = guesses.get(limit, 0.0)
+        if reset_after is not None and reset_after > guess:
+            guess = guesses[limit] = reset_after
+            while len(guesses) > MAX_WINDOW_GUESSES:
+                del guesses[next(iter(guesses))]  # the oldest quota size seen
+        return guess
 
     def take(self, at: float) -> None:
         """Reserve the slot at ``at`` (advance the paced arrival time)."""
@@ -310,9 +324,9 @@ class Pacer:
         available = hints.remaining - o.in_flight
         if hints.reset_after is not None:
             o.reset_at = now + hints.reset_after
-        if hints.reset_after is not None and hints.window is None:
-            o.window_guess = max(o.window_guess, hints.reset_after)
-        limit, window = hints.limit, hints.window or o.window_guess
+        limit, window = hints.limit, hints.window
+        if window is None:
+            window = o.guess_window(limit, hints.reset_after)
         if limit and window:
             # mirror the server's bucket: refill at limit / window (stated, or over the
             # longest time-to-reset seen), burst up to what the server has said is left

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from smoothclient import Hints, Pacer, RetryBudget
+from smoothclient import pacer as pacer_module
 
 ORIGIN = "http://api.test:80"
 
@@ -279,3 +280,20 @@ def test_a_window_reset_reopens_at_once() -> None:
     p.cancel(ORIGIN)
     p.observe(ORIGIN, 200, Hints(remaining=100, limit=100, window=3600.0), 10.5)  # new window
     assert [admit(p, 10.5) for _ in range(50)] == [0.0] * 50
+
+
+def test_windows_are_guessed_per_quota() -> None:
+    """
+    GitHub states no window: it is the longest time-to-reset seen, per quota size, so a
+    search response (30 a minute) is not paced as if its 30 were spread over core's hour.
+    """
+    p = Pacer(probe=0)
+    known(p, hints=Hints(remaining=4000, limit=5000, reset_after=3500.0))
+    p.acquire(ORIGIN, 0.0)
+    p.sent(ORIGIN)
+    p.observe(ORIGIN, 200, Hints(remaining=0, limit=30, reset_after=50.0), 0.0)
+    assert 1.5 <= p.acquire(ORIGIN, 0.0).delay <= 2.0  # 30 per >= 50 s, not 30 per 3500 s
+    p.cancel(ORIGIN)
+    for limit in range(100, 120):  # many quota sizes: the guesses stay bounded
+        p.observe(ORIGIN, 200, Hints(remaining=1, limit=limit, reset_after=9.0), 0.0)
+    assert len(p._get(ORIGIN).window_guesses) == pacer_module.MAX_WINDOW_GUESSES
