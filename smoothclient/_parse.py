@@ -48,8 +48,8 @@ def parse_number(value: str) -> float | None:
     Signs, exponents, underscores, non-ASCII digits, ``NaN``/``inf``, hex and trailing text are
     all rejected (bare ``float()`` accepts several of them).
     """
-    if value.isascii() and value.isdigit() and len(value) <= 400:
-        return float(value)  # the common case: plain ASCII digits, nothing to strip
+    if value.isascii() and value.isdigit() and len(value) <= 300:
+        return float(value)  # the common case: plain ASCII digits (finite: < 1e300)
     text = value.strip(" \t")
     if len(text) > 400 or not _NUMBER.fullmatch(text):
         return None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import email.utils
+import math
+import re
 
 import httpx
 import pytest
@@ -42,10 +44,31 @@ def http_date(epoch: float) -> str:
         ("١٢", None),  # Arabic-Indic digits, which int() accepts
         ("", None),
         ("9" * 500, None),
+        ("9" * 400, None),  # short enough to read, too large for a float
+        ("9" * 300, 1e300),
+        ("1" + "0" * 308, 1e308),
     ],
 )
 def test_number_grammar(text: str, expected: float | None) -> None:
     assert expected == parse_number(text)
+
+
+def strict_number(text: str) -> float | None:
+    """R2 spelled out: the reference parse_number's short paths must agree with."""
+    text = text.strip(" \t")
+    if len(text) > 400 or not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text, re.ASCII):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+@given(
+    st.text(alphabet=" \t0123456789.e+-_٣", max_size=12)
+    | st.text(max_size=8)
+    | st.builds(lambda d, n: d * n, st.sampled_from("159"), st.integers(290, 410))  # near 1e308
+)
+def test_number_grammar_matches_its_definition(text: str) -> None:
+    assert parse_number(text) == strict_number(text)
 
 
 @pytest.mark.parametrize(
