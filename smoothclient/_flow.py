@@ -196,8 +196,8 @@ class CallFlow:
                     self.record.gave_up = decision.reason
                     log.debug("%s: giving up: %s", self.describe, decision.reason)
                 return self.record
+            yield DISCARD  # first: a hook that raises must not leave the response open
             self._announce(state, decision, outcome, result)
-            yield DISCARD
             not_before = clock() + decision.delay
             state = state.next(decision.delay)
             result = None

@@ -182,19 +182,81 @@ def test_testing_mode_never_waits(mock: respx.MockRouter, clock: FakeClock) -> N
     assert clock.sleeps == [0.0]
 
 
+class Body(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A streamed body, as from a real connection: open until read or closed (content= is not)."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b"busy"
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b"busy"
+
+
 def test_failed_response_is_closed_before_waiting(clock: FakeClock) -> None:
+    responses: list[httpx.Response] = []
+    closed_when_sleeping: list[bool] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        responses.append(httpx.Response(503 if not responses else 200, stream=Body()))
+        return responses[-1]
+
+    def sleep(seconds: float) -> None:
+        closed_when_sleeping.append(responses[0].is_closed)
+        clock.sleep(seconds)
+
+    transport = SmoothTransport(
+        httpx.MockTransport(handler), pacer=Pacer(clock=clock, probe=0), sleep=sleep
+    )
+    with httpx.Client(transport=transport) as client:
+        assert client.get(URL).status_code == 200
+    assert closed_when_sleeping == [True]
+
+
+class HookFailed(Exception):
+    pass
+
+
+def failing_hook(event: RetryEvent) -> None:
+    raise HookFailed(event.reason)
+
+
+def test_a_raising_on_retry_hook_leaks_no_connection(clock: FakeClock) -> None:
+    """The hook's error reaches the caller, and the failed response is closed all the same."""
     responses: list[httpx.Response] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        r = httpx.Response(503 if not responses else 200, content=b"busy")
-        responses.append(r)
-        return r
+        responses.append(httpx.Response(503, stream=Body()))
+        return responses[-1]
 
     transport = SmoothTransport(
-        httpx.MockTransport(handler), pacer=Pacer(clock=clock, probe=0), sleep=clock.sleep
+        httpx.MockTransport(handler),
+        policy=RetryPolicy(on_retry=failing_hook),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
     )
-    with httpx.Client(transport=transport) as client:
+    with httpx.Client(transport=transport) as client, pytest.raises(HookFailed):
         client.get(URL)
+    assert len(responses) == 1
+    assert responses[0].is_closed
+
+
+@pytest.mark.anyio
+async def test_async_raising_on_retry_hook_leaks_no_connection(clock: FakeClock) -> None:
+    responses: list[httpx.Response] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        responses.append(httpx.Response(503, stream=Body()))
+        return responses[-1]
+
+    transport = AsyncSmoothTransport(
+        httpx.MockTransport(handler),
+        policy=RetryPolicy(on_retry=failing_hook),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.async_sleep,
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(HookFailed):
+            await client.get(URL)
     assert responses[0].is_closed
 
 
