@@ -488,10 +488,14 @@ class FastLane:
         """A fast-lane attempt raised: the failure for the flow, or ``exc`` re-raised."""
         failure = failure_of(exc) if isinstance(exc, Exception) else None
         if failure is None:
-            if lane is _ADMITTED:
-                self.pacer.failed(origin)
+            self.abandoned(origin, lane)
             raise exc
         return failure
+
+    def abandoned(self, origin: str, lane: Lane) -> None:
+        """A fast-lane attempt ends before the flow takes it over (raised, cancelled)."""
+        if lane is _ADMITTED:
+            self.pacer.failed(origin)
 
 
 class _Response(Protocol):
@@ -506,8 +510,9 @@ class _Response(Protocol):
 
 RS = TypeVar("RS", bound=_Response)
 A = TypeVar("A")
-#: A first attempt: the response, or the failure; the record if the call is complete; the lane.
-FirstAttempt = tuple[RS | None, Failure | None, dict[str, Any] | None, Lane]
+#: A first attempt: the response (if any); what the flow takes as its first result (the
+#: response's reply, or the failure); the record if the call is complete; the lane.
+FirstAttempt = tuple[RS | None, Reply | Failure | None, dict[str, Any] | None, Lane]
 
 
 def first_try(
@@ -516,6 +521,7 @@ def first_try(
     send: Callable[[A], RS],
     request: A,
     failure_of: Callable[[Exception], Failure | None],
+    reply_of: Callable[[RS], Reply],
 ) -> FirstAttempt[RS]:
     """Send ``request`` at once when the fast lane admits it (see :class:`FastLane`)."""
     entry = lane.enter(origin)
@@ -525,7 +531,14 @@ def first_try(
         response = send(request)
     except BaseException as exc:
         return None, lane.failed(origin, entry, exc, failure_of), None, entry
-    return response, None, lane.leave(origin, entry, response), entry
+    record = lane.leave(origin, entry, response)
+    if record is not None:
+        return response, None, record, entry
+    try:
+        return response, reply_of(response), None, entry  # may read a small error body
+    except BaseException:
+        lane.abandoned(origin, entry)
+        raise
 
 
 async def first_try_async(
@@ -534,6 +547,7 @@ async def first_try_async(
     send: Callable[[A], Awaitable[RS]],
     request: A,
     failure_of: Callable[[Exception], Failure | None],
+    reply_of: Callable[[RS], Awaitable[Reply]],
 ) -> FirstAttempt[RS]:
     """Async twin of :func:`first_try`."""
     entry = lane.enter(origin)
@@ -543,7 +557,14 @@ async def first_try_async(
         response = await send(request)
     except BaseException as exc:
         return None, lane.failed(origin, entry, exc, failure_of), None, entry
-    return response, None, lane.leave(origin, entry, response), entry
+    record = lane.leave(origin, entry, response)
+    if record is not None:
+        return response, None, record, entry
+    try:
+        return response, await reply_of(response), None, entry
+    except BaseException:
+        lane.abandoned(origin, entry)
+        raise
 
 
 def edge_config(

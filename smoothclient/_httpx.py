@@ -101,6 +101,11 @@ async def _peek(response: httpx.Response) -> httpx.Response:
     return response
 
 
+async def _peeked_reply(response: httpx.Response) -> Reply:
+    """:func:`_reply` after :func:`_peek` (async responses)."""
+    return _reply(await _peek(response))
+
+
 def _replayable(request: httpx.Request) -> bool:
     """A request whose body is in memory can be sent again; a streaming generator cannot."""
     try:
@@ -181,11 +186,12 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         """Send ``request`` through the retry flow; return the last response."""
         origin = self._origin(request)
         send = self.transport.handle_request
-        response, failure, record, lane = first_try(self._lane, origin, send, request, _failure)
+        response, first, record, lane = first_try(
+            self._lane, origin, send, request, _failure, _read_reply
+        )
         if record is not None and response is not None:  # a success on the fast lane
             response.extensions["smoothclient"] = record
             return response
-        first = failure if response is None else _read_reply(response)
         done = drive(
             self._flow(request, origin, first, lane),
             lambda: send(request),
@@ -194,7 +200,7 @@ class SmoothTransport(_Base, httpx.BaseTransport):
             self._discard,
             self._sleep,
             last=response,
-            error=None if failure is None else failure.exception,
+            error=first.exception if isinstance(first, Failure) else None,
         )
         response = done.unwrap()
         response.extensions["smoothclient"] = done.record.as_dict()
@@ -245,13 +251,12 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         """Send ``request`` through the retry flow; return the last response."""
         origin = self._origin(request)
         send = self.transport.handle_async_request
-        response, failure, record, lane = await first_try_async(
-            self._lane, origin, send, request, _failure
+        response, first, record, lane = await first_try_async(
+            self._lane, origin, send, request, _failure, _peeked_reply
         )
         if record is not None and response is not None:  # a success on the fast lane
             response.extensions["smoothclient"] = record
             return response
-        first = failure if response is None else _reply(await _peek(response))
 
         async def attempt() -> httpx.Response:
             return await _peek(await send(request))
@@ -264,7 +269,7 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
             self._discard,
             self._sleep,
             last=response,
-            error=None if failure is None else failure.exception,
+            error=first.exception if isinstance(first, Failure) else None,
         )
         response = done.unwrap()
         response.extensions["smoothclient"] = done.record.as_dict()

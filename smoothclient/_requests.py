@@ -179,7 +179,9 @@ class SmoothAdapter(HTTPAdapter):
                 rewind()
             return super(SmoothAdapter, self).send(request, **kwargs)
 
-        response, failure, record, lane = first_try(self._lane, origin, attempt, request, _failure)
+        response, first, record, lane = first_try(
+            self._lane, origin, attempt, request, _failure, _reply
+        )
         if record is not None and response is not None:  # a success on the fast lane
             response.smoothclient = record  # type: ignore[attr-defined]
             return response
@@ -195,7 +197,7 @@ class SmoothAdapter(HTTPAdapter):
             replayable=replayable,
             rng=self._rng,
             describe=describe(method, origin, _path(request.url or "")),
-            first=failure if response is None else _reply(response),
+            first=first,
             first_counted=lane is Lane.ADMITTED,
         )
         done = drive(
@@ -206,7 +208,7 @@ class SmoothAdapter(HTTPAdapter):
             _discard,
             self._sleep,
             last=response,
-            error=None if failure is None else failure.exception,
+            error=first.exception if isinstance(first, Failure) else None,
         )
         response = done.unwrap()
         response.smoothclient = done.record.as_dict()  # type: ignore[attr-defined]

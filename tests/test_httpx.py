@@ -182,22 +182,14 @@ def test_testing_mode_never_waits(mock: respx.MockRouter, clock: FakeClock) -> N
     assert clock.sleeps == [0.0]
 
 
-class Body(httpx.SyncByteStream, httpx.AsyncByteStream):
-    """A streamed body, as from a real connection: open until read or closed (content= is not)."""
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield b"busy"
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        yield b"busy"
-
-
 def test_failed_response_is_closed_before_waiting(clock: FakeClock) -> None:
     responses: list[httpx.Response] = []
     closed_when_sleeping: list[bool] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        responses.append(httpx.Response(503 if not responses else 200, stream=Body()))
+        # a streamed body stays open until read or closed (a content= body is read at once)
+        status = 503 if not responses else 200
+        responses.append(httpx.Response(status, stream=SyncBody(b"busy")))
         return responses[-1]
 
     def sleep(seconds: float) -> None:
@@ -225,7 +217,7 @@ def test_a_raising_on_retry_hook_leaks_no_connection(clock: FakeClock) -> None:
     responses: list[httpx.Response] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
-        responses.append(httpx.Response(503, stream=Body()))
+        responses.append(httpx.Response(503, stream=SyncBody(b"busy")))
         return responses[-1]
 
     transport = SmoothTransport(
@@ -245,7 +237,7 @@ async def test_async_raising_on_retry_hook_leaks_no_connection(clock: FakeClock)
     responses: list[httpx.Response] = []
 
     async def handler(request: httpx.Request) -> httpx.Response:
-        responses.append(httpx.Response(503, stream=Body()))
+        responses.append(httpx.Response(503, stream=AsyncBody(b"busy")))
         return responses[-1]
 
     transport = AsyncSmoothTransport(
@@ -533,3 +525,38 @@ async def test_cancelled_while_reading_an_error_body_closes_it(clock: FakeClock)
             await client.get(URL)
     assert scope.cancelled_caught
     assert closed == [True]
+
+
+@pytest.mark.anyio
+async def test_cancelled_while_reading_a_paced_first_error_body_keeps_counts(
+    clock: FakeClock,
+) -> None:
+    """A first attempt admitted on a paced origin and cancelled mid-read is not left in flight."""
+    quota = {"RateLimit": '"d";r=50;t=10', "RateLimit-Policy": '"d";q=100;w=10'}
+
+    class Stalled(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            await anyio.sleep_forever()
+            yield b""  # pragma: no cover - never reached
+
+    responses = iter(
+        [
+            httpx.Response(200, headers=quota),  # the origin is paced from now on
+            json_error(429, b"{}" * 10, lambda body: Stalled(), **quota),  # type: ignore[arg-type]
+        ]
+    )
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return next(responses)
+
+    pacer = Pacer(clock=clock, probe=0)
+    transport = AsyncSmoothTransport(
+        httpx.MockTransport(handler), pacer=pacer, sleep=clock.async_sleep
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        await client.get(URL)
+        with anyio.move_on_after(0.05) as scope:
+            await client.get(URL)
+    assert scope.cancelled_caught
+    view = pacer.view("https://api.test:443")
+    assert (view.waiting, view.in_flight) == (0, 0)
