@@ -325,7 +325,7 @@ class Pacer:
         if hints.reset_after is not None:
             o.reset_at = now + hints.reset_after
         limit, window = hints.limit, hints.window
-        if window is None:
+        if not window:  # none stated (or a useless 0)
             window = o.guess_window(limit, hints.reset_after)
         if limit and window:
             # mirror the server's bucket: refill at limit / window (stated, or over the
