@@ -101,7 +101,8 @@ class RetryPolicy:
         retry_forbidden_with_hints: retry a 403 that carries ``Retry-After`` or an exhausted quota
             (GitHub's rate limits answer 403).
         budget: an optional :class:`RetryBudget`.
-        on_retry: called with a :class:`~smoothclient.RetryEvent` before each wait.
+        on_retry: called with a :class:`~smoothclient.RetryEvent` before each wait, after the
+            failed response is closed; an exception it raises ends the call and propagates.
     """
 
     attempts: int = 5
