@@ -45,6 +45,8 @@ HORIZON = 0.25
 PROBE_POLL = 0.005
 #: How many quota sizes per origin keep a guessed window (for quotas that state none).
 MAX_WINDOW_GUESSES = 8
+#: Successes kept per origin (the last second's, for a learned rate): caps that estimate.
+MAX_SUCCESSES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,8 @@ class _Origin:
     limit: float | None = None
     learned: bool = False
     last_throttle: float = -1e18
-    successes: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    # when recent successes came back (the admitted rate, should the server start to throttle)
+    successes: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SUCCESSES))
     waiting: int = 0
     in_flight: int = 0
     budgets: dict[RetryBudget, BudgetTracker] = field(default_factory=dict)
@@ -118,6 +121,19 @@ class _Origin:
             while len(guesses) > MAX_WINDOW_GUESSES:
                 del guesses[next(iter(guesses))]  # the oldest quota size seen
         return guess
+
+    def succeeded(self, now: float) -> None:
+        """
+        Note a success, and forget one that is over a second old.
+
+        So the memory held follows the request rate, not the origin's lifetime.  Lock-free:
+        deque operations are atomic (a race can at worst forget one recent success, which only
+        lowers an estimate).
+        """
+        successes = self.successes
+        successes.append(now)
+        if successes[0] < now - 1.0:
+            successes.popleft()
 
     def take(self, at: float) -> None:
         """Reserve the slot at ``at`` (advance the paced arrival time)."""
@@ -241,8 +257,11 @@ class Pacer:
     def note_success(self, origin: str, now: float) -> None:
         """Record a success that took the fast path (for the learned-rate estimate)."""
         o = self._origins.get(origin)
-        if o is not None:
-            o.successes.append(now)  # deque.append is atomic
+        if o is not None:  # the hot path: _Origin.succeeded written out
+            successes = o.successes
+            successes.append(now)
+            if successes[0] < now - 1.0:
+                successes.popleft()
 
     def adopt(self, origin: str) -> None:
         """Count a request sent on the fast path as in flight, before :meth:`observe`."""
@@ -292,7 +311,7 @@ class Pacer:
         o = self._get(origin)
         with o.lock:
             if status < 400:
-                o.successes.append(now)
+                o.succeeded(now)
             if counted:
                 o.in_flight = max(0, o.in_flight - 1)
             o.known = True

@@ -297,3 +297,16 @@ def test_windows_are_guessed_per_quota() -> None:
     for limit in range(100, 120):  # many quota sizes: the guesses stay bounded
         p.observe(ORIGIN, 200, Hints(remaining=1, limit=limit, reset_after=9.0), 0.0)
     assert len(p._get(ORIGIN).window_guesses) == pacer_module.MAX_WINDOW_GUESSES
+
+
+def test_success_memory_follows_the_rate_not_the_lifetime() -> None:
+    p = Pacer(probe=0)
+    known(p)
+    for i in range(10_000):  # 100 s at 100 successes a second, half on each path
+        if i % 2:
+            p.note_success(ORIGIN, i / 100)
+        else:
+            p.observe(ORIGIN, 200, Hints(), i / 100, counted=False)
+    assert len(p._get(ORIGIN).successes) <= 102  # about the last second's
+    p.observe(ORIGIN, 429, Hints(), 100.0, counted=False)  # the learned rate still sees them
+    assert p.view(ORIGIN).rate == pytest.approx(100, abs=2)
