@@ -167,6 +167,15 @@ class SmoothAdapter(HTTPAdapter):
         self._sleep = sleep
         super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
 
+    #: What pickling keeps (requests pickles sessions with their adapters): the pacer comes
+    #: back empty with its settings, shared as before by the adapters that shared it.
+    __attrs__ = [*HTTPAdapter.__attrs__, "policy", "pacer", "_rng", "_sleep"]  # noqa: RUF012
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle: the pool manager (by requests) and the fast lane (ours) are rebuilt."""
+        super().__setstate__(state)  # type: ignore[misc]  # requests' stubs omit it
+        self._lane = FastLane(self.pacer, self.policy)
+
     def send(  # type: ignore[override]
         self, request: requests.PreparedRequest, **kwargs: Any
     ) -> requests.Response:

@@ -28,6 +28,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._core import BudgetTracker, CohortView
 from ._validate import positive_int, seconds
@@ -175,6 +176,20 @@ class Pacer:
     def __repr__(self) -> str:
         """Show how many origins are tracked."""
         return f"<Pacer origins={len(self._origins)}>"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the settings only: what the pacer learned belongs to the process that did."""
+        return {
+            "max_origins": self._max_origins,
+            "probe": self._probe,
+            "learned_floor": self._floor,
+            "quiet": self._quiet,
+            "clock": self.clock,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle as a fresh pacer with the same settings (so a pickled session works)."""
+        Pacer.__init__(self, **state)
 
     def _get(self, origin: str, *, touch: bool = False) -> _Origin:
         """The origin's state; ``touch`` marks it recently used (once per attempt is enough)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pickle
 import threading
 import time
 from collections.abc import Iterator
@@ -190,3 +191,24 @@ def test_adapter_herd_is_paced(server: LimitedServer) -> None:
             t.join()
     assert statuses == [200] * 20
     assert server.count(429) <= 2
+
+
+def test_a_pickled_session_still_retries_and_paces(server: LimitedServer) -> None:
+    """requests pickles sessions with their adapters: ours come back whole, pacer shared."""
+    pacer = Pacer(probe=0.1)
+    policy = RetryPolicy(attempts=7, timeout=10)
+    session = requests.Session()
+    session.mount("http://", SmoothAdapter(policy=policy, pacer=pacer))
+    session.mount("https://", SmoothAdapter(pacer=pacer))
+    session.get(server.url + "/free")
+    copy = pickle.loads(pickle.dumps(session))
+    plain, tls = copy.get_adapter("http://x"), copy.get_adapter("https://x")
+    assert isinstance(plain, SmoothAdapter)
+    assert isinstance(tls, SmoothAdapter)
+    assert plain.policy == policy
+    assert plain.pacer is tls.pacer is plain._lane.pacer
+    assert plain.pacer.origins() == []  # learned state stays with the process that learned it
+    responses = [copy.get(server.url + "/limited") for _ in range(12)]  # burst 5, then 429s
+    assert [r.status_code for r in responses] == [200] * 12
+    session.close()
+    copy.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 import threading
 
 import pytest
@@ -310,3 +311,12 @@ def test_success_memory_follows_the_rate_not_the_lifetime() -> None:
     assert len(p._get(ORIGIN).successes) <= 102  # about the last second's
     p.observe(ORIGIN, 429, Hints(), 100.0, counted=False)  # the learned rate still sees them
     assert p.view(ORIGIN).rate == pytest.approx(100, abs=2)
+
+
+def test_pickling_keeps_the_settings_not_the_state() -> None:
+    p = Pacer(max_origins=5, probe=0.1, learned_floor=2.0, quiet=9.0)
+    known(p, hints=Hints(retry_after=30.0), status=429)
+    copy = pickle.loads(pickle.dumps(p))
+    assert (copy._max_origins, copy._probe, copy._floor, copy._quiet) == (5, 0.1, 2.0, 9.0)
+    assert copy.origins() == []
+    assert copy.acquire(ORIGIN, 0.0).delay == 0.0  # the original's gate did not come along
