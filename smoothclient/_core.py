@@ -167,6 +167,19 @@ class RetryEvent:
     window: tuple[float, float] = (0.0, 0.0)
 
 
+def retryable_status(policy: RetryPolicy, status: int, hints: Hints) -> bool:
+    """Whether a response of ``status`` with ``hints`` is worth retrying at all (any method)."""
+    return (
+        status in policy.retry_statuses
+        or (hints.should_retry is True and status >= 400)
+        or (
+            status == 403
+            and policy.retry_forbidden_with_hints
+            and (hints.retry_after is not None or hints.exhausted)
+        )
+    )
+
+
 def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | GiveUp:
     """Why the outcome is worth retrying, or why not."""
     idempotent = state.idempotent
@@ -184,16 +197,7 @@ def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | 
     hints = outcome.hints
     if hints.should_retry is False and status >= 400:
         return GiveUp(f"status {status}: the server said not to retry")
-    retryable = (
-        status in policy.retry_statuses
-        or (hints.should_retry is True and status >= 400)
-        or (
-            status == 403
-            and policy.retry_forbidden_with_hints
-            and (hints.retry_after is not None or hints.exhausted)
-        )
-    )
-    if not retryable:
+    if not retryable_status(policy, status, hints):
         return GiveUp(f"status {status} is not retried", final=True)
     if not idempotent:
         return GiveUp(f"status {status}: {state.method} is not idempotent")

@@ -18,7 +18,16 @@ from enum import IntEnum
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import testing
-from ._core import CallState, ErrorKind, GiveUp, Outcome, Retry, RetryEvent, decide
+from ._core import (
+    CallState,
+    ErrorKind,
+    GiveUp,
+    Outcome,
+    Retry,
+    RetryEvent,
+    decide,
+    retryable_status,
+)
 from ._errors import RateLimited
 from .hints import Hints, has_hints, read_hints, with_body_hints
 from .pacer import Pacer
@@ -445,11 +454,12 @@ class FastLane:
     else (an error status, an exception) goes on into :class:`CallFlow` as its first attempt.
     """
 
-    __slots__ = ("_budget", "_retry_statuses", "pacer")
+    __slots__ = ("_budget", "_policy", "_retry_statuses", "pacer")
 
     def __init__(self, pacer: Pacer, policy: RetryPolicy) -> None:
         """Serve requests to ``pacer``'s origins under ``policy``."""
         self.pacer = pacer
+        self._policy = policy
         self._budget = policy.budget
         self._retry_statuses = policy.retry_statuses
 
@@ -464,12 +474,22 @@ class FastLane:
         return _ADMITTED if pacer.try_now(origin, now) else _FLOW
 
     def leave(self, origin: str, lane: Lane, response: _Response) -> dict[str, Any] | None:
-        """The record when ``response`` ends the call (learned from); ``None``: to the flow."""
+        """
+        The record when ``response`` ends the call (learned from); ``None``: to the flow.
+
+        A success ends it, and so does an error status no policy would retry (a 404, a 422):
+        the flow would give up on it at once, with the same record.
+        """
         status, headers = response.status_code, response.headers
-        if status >= 400 or status in self._retry_statuses:
-            return None
         pacer = self.pacer
-        if lane is _HEALTHY and not has_hints(headers):
+        if status >= 400 or status in self._retry_statuses:
+            if status == 403:
+                return None  # its JSON body may make it retryable (Google's RetryInfo): the flow
+            hints = read_hints(headers)
+            if hints.should_retry is not None or retryable_status(self._policy, status, hints):
+                return None  # the flow decides (and records why)
+            pacer.observe(origin, status, hints, pacer.clock(), counted=lane is _ADMITTED)
+        elif lane is _HEALTHY and not has_hints(headers):
             pacer.note_success(origin, pacer.clock())  # lock-free
         else:
             hints = read_hints(headers)

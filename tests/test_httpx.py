@@ -467,6 +467,61 @@ def test_sync_reads_delays_from_json_error_bodies(
     assert at_least <= sum(clock.sleeps) <= at_most + 1e-9
 
 
+def test_a_forbidden_with_a_retry_info_body_is_retried(clock: FakeClock) -> None:
+    """Google Drive answers rate limits with 403 and says when only in the JSON body."""
+    answers = iter([json_error(403, GOOGLE, SyncBody), httpx.Response(200)])
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: next(answers)),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+    )
+    with httpx.Client(transport=transport) as client:
+        assert client.get(URL).status_code == 200
+    assert 4.5 <= sum(clock.sleeps) <= 4.6
+
+
+@pytest.mark.parametrize("paced", [False, True])
+def test_errors_no_policy_retries_end_on_the_fast_lane(clock: FakeClock, paced: bool) -> None:
+    """A 404 is returned as the flow would return it: one attempt, no wait, counts exact."""
+    quota = {"RateLimit": '"d";r=50;t=10', "RateLimit-Policy": '"d";q=100;w=10'}
+    statuses = iter([200, 404, 422])
+    headers = quota if paced else {}
+    pacer = Pacer(clock=clock, probe=0)
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: httpx.Response(next(statuses), headers=headers)),
+        pacer=pacer,
+        sleep=clock.sleep,
+    )
+    with httpx.Client(transport=transport) as client:
+        client.get(URL)
+        for status in (404, 422):
+            response = client.get(URL)
+            assert response.status_code == status
+            assert response.extensions["smoothclient"] == {
+                "attempts": 1,
+                "waits": [],
+                "total_wait": 0.0,
+                "reasons": [],
+                "gave_up": None,
+            }
+    assert clock.sleeps == []
+    view = pacer.view("https://api.test:443")
+    assert (view.waiting, view.in_flight) == (0, 0)
+
+
+def test_an_error_the_server_says_to_retry_still_is(clock: FakeClock) -> None:
+    answers = iter([httpx.Response(409, headers={"x-should-retry": "true"}), httpx.Response(200)])
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: next(answers)),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+    )
+    with httpx.Client(transport=transport) as client:
+        response = client.get(URL)
+    assert response.status_code == 200
+    assert response.extensions["smoothclient"]["reasons"] == ["status 409"]
+
+
 @pytest.mark.anyio
 async def test_async_reads_delays_from_json_error_bodies(clock: FakeClock) -> None:
     answers = iter([json_error(429, DISCORD, AsyncBody), json_error(503, GOOGLE, AsyncBody)])
