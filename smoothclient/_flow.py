@@ -449,9 +449,10 @@ class FastLane:
     The edges' fast lane: a first attempt that needs no waiting skips the flow entirely.
 
     A request to a healthy origin (or to a paced one with a slot free right now) is sent at
-    once; a response that ends the call (a success) is learned from and returned with no
-    generator, no record object and, for a healthy origin without hints, no lock.  Anything
-    else (an error status, an exception) goes on into :class:`CallFlow` as its first attempt.
+    once; a response that ends the call (a success, or an error status no policy retries) is
+    learned from and returned with no generator, no record object and, for a healthy origin
+    without hints, no lock.  Anything else (a status that may be retried, an exception) goes
+    on into :class:`CallFlow` as its first attempt.
     """
 
     __slots__ = ("_budget", "_policy", "_retry_statuses", "pacer")
