@@ -16,6 +16,7 @@ stale-if-error (RFC 5861) and counters.  Early refresh and the stale modes need 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
@@ -311,31 +312,49 @@ def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., H
     return wrapper
 
 
+class _LeaderGone(Exception):
+    """The task loading a key was cancelled: its waiters load the key themselves."""
+
+
 def _async_wrapper(
     fn: Callable[..., Awaitable[Any]], memo: _Memo[Any], key: Callable[..., Hashable]
 ) -> Any:
     async def load(k: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run ``fn`` once for ``k`` however many tasks ask at once."""
-        flight = memo.flights.get(k)
-        if flight is not None:
-            return await asyncio.shield(flight)
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        memo.flights[k] = future
+        """
+        Run ``fn`` once for ``k`` however many tasks ask at once, on any event loops.
+
+        The flight is a thread-safe future, so tasks of other loops (other threads) wait on it
+        too; a waiter whose leader was cancelled loads the key itself.
+        """
+        while True:
+            with memo.flights_lock:
+                flight: concurrent.futures.Future[Any] | None = memo.flights.get(k)
+                if flight is None:
+                    flight = memo.flights[k] = concurrent.futures.Future()
+                    flight.set_running_or_notify_cancel()  # a waiter's cancel never reaches it
+                    break
+            try:
+                return await asyncio.shield(asyncio.wrap_future(flight))
+            except _LeaderGone:
+                continue
         start = memo.now()
         try:
             memo.stats.add("loads")
             value = await fn(*args, **kwargs)
             memo.store(k, value, memo.now() - start)
-            future.set_result(value)
+            flight.set_result(value)
             return value
-        except BaseException as exc:
+        except Exception as exc:
             memo.stats.add("load_errors")
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it themselves
+            flight.set_exception(exc)
+            raise
+        except BaseException:  # cancelled: the waiters are not, they load it themselves
+            memo.stats.add("load_errors")
+            flight.set_exception(_LeaderGone())
             raise
         finally:
-            del memo.flights[k]
+            with memo.flights_lock:
+                del memo.flights[k]
 
     background: set[asyncio.Task[Any]] = set()
 
@@ -395,6 +414,9 @@ def cached(
         rng: randomness for early refresh.
 
     Exceptions are never cached: every caller waiting on a failed load gets its exception.
+    Single-flight holds across threads and, for async functions, across the tasks of any
+    number of asyncio event loops (a loader that is cancelled hands the key to its waiters).
+    Async functions need asyncio (not trio): the flights and background refreshes use it.
     """
     beta = optional_seconds("early_refresh", early_refresh)
     swr = optional_seconds("stale_while_revalidate", stale_while_revalidate)

@@ -217,6 +217,81 @@ def test_async_error_shared_and_not_cached() -> None:
     assert loads == 2
 
 
+def test_single_flight_across_event_loops() -> None:
+    """Loops in four threads share one load (each used to fail on the others' future)."""
+    loads = 0
+    release = threading.Event()
+
+    @cached(JitteredTTLCache(10, 60))
+    async def slow(key: str) -> str:
+        nonlocal loads
+        loads += 1
+        while not release.is_set():
+            await asyncio.sleep(0.005)
+        return key * 2
+
+    results: list[object] = []
+
+    def run() -> None:
+        try:
+            results.append(asyncio.run(slow("ab")))
+        except Exception as exc:  # pragma: no cover - what the test must not see
+            results.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.05)  # all four are in: one loading, three waiting on it
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert results == ["abab"] * 4
+    assert loads == 1
+
+
+def test_a_cancelled_loader_hands_the_key_to_its_waiters() -> None:
+    """The task loading a key is cancelled: a waiter loads it, nobody else sees the cancel."""
+    loads = 0
+
+    @cached(JitteredTTLCache(10, 60))
+    async def slow(key: str) -> str:
+        nonlocal loads
+        loads += 1
+        await asyncio.sleep(0.02)
+        return f"{key}{loads}"
+
+    async def main() -> tuple[bool, list[str]]:
+        leader = asyncio.create_task(slow("k"))
+        await asyncio.sleep(0)  # the leader is loading
+        waiters = [asyncio.create_task(slow("k")) for _ in range(3)]
+        await asyncio.sleep(0.005)
+        leader.cancel()
+        values = await asyncio.gather(*waiters)
+        return leader.cancelled(), values
+
+    cancelled, values = asyncio.run(main())
+    assert cancelled
+    assert values == ["k2"] * 3  # one new load, shared
+    assert loads == 2
+
+
+def test_a_cancelled_waiter_leaves_the_load_alone() -> None:
+    @cached(JitteredTTLCache(10, 60))
+    async def slow(key: str) -> str:
+        await asyncio.sleep(0.02)
+        return key
+
+    async def main() -> tuple[str, str]:
+        leader = asyncio.create_task(slow("k"))
+        await asyncio.sleep(0)
+        impatient, patient = asyncio.create_task(slow("k")), asyncio.create_task(slow("k"))
+        await asyncio.sleep(0.005)
+        impatient.cancel()
+        return await leader, await patient
+
+    assert asyncio.run(main()) == ("k", "k")
+
+
 def test_stale_while_revalidate_sync() -> None:
     """After expiry the stale value comes back at once and one background load refreshes it."""
     clock = FakeClock(0.0)
