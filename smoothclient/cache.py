@@ -208,6 +208,11 @@ class _Memo(Generic[K]):
         self.stats.add("misses")
         return "load", entry
 
+    def loaded(self, key: Hashable) -> _Entry | None:
+        """The entry for ``key`` if it is fresh now (a waiter whose loader gave up checks)."""
+        state, entry = self.lookup(key)
+        return entry if state in ("fresh", "refresh") else None
+
     def fallback(self, entry: Any) -> bool:
         """Stale-if-error: whether ``entry`` may stand in for the load that just failed."""
         if self.stale_ok(entry):
@@ -252,17 +257,25 @@ class _Memo(Generic[K]):
             self.cache.clear()
 
 
+class _LeaderGone(Exception):
+    """The loader of a key was cancelled or interrupted: its waiters load the key themselves."""
+
+
 def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., Hashable]) -> Any:
     def load(k: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``fn`` once for ``k`` however many threads ask at once."""
-        with memo.flights_lock:
-            flight = memo.flights.get(k)
-            leader = flight is None
-            if leader:
-                flight = memo.flights[k] = _Flight()
-        assert flight is not None
-        if not leader:
+        while True:
+            with memo.flights_lock:
+                flight: _Flight | None = memo.flights.get(k)
+                if flight is None:
+                    flight = memo.flights[k] = _Flight()
+                    break
             flight.done.wait()
+            if isinstance(flight.error, _LeaderGone):  # its loader was interrupted
+                entry = memo.loaded(k)  # another waiter may have loaded it by now
+                if entry is not None:
+                    return entry.value
+                continue  # load it here, or follow whoever does
             if flight.error is not None:
                 raise flight.error
             return flight.value
@@ -272,9 +285,13 @@ def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., H
             flight.value = fn(*args, **kwargs)
             memo.store(k, flight.value, memo.now() - start)
             return flight.value
-        except BaseException as exc:
+        except Exception as exc:
             memo.stats.add("load_errors")
             flight.error = exc
+            raise
+        except BaseException:  # interrupted (KeyboardInterrupt, SystemExit): not the waiters
+            memo.stats.add("load_errors")
+            flight.error = _LeaderGone()
             raise
         finally:
             with memo.flights_lock:
@@ -312,10 +329,6 @@ def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., H
     return wrapper
 
 
-class _LeaderGone(Exception):
-    """The task loading a key was cancelled: its waiters load the key themselves."""
-
-
 def _async_wrapper(
     fn: Callable[..., Awaitable[Any]], memo: _Memo[Any], key: Callable[..., Hashable]
 ) -> Any:
@@ -335,8 +348,10 @@ def _async_wrapper(
                     break
             try:
                 return await asyncio.shield(asyncio.wrap_future(flight))
-            except _LeaderGone:
-                continue
+            except _LeaderGone:  # its loader was cancelled
+                entry = memo.loaded(k)  # another waiter may have loaded it by now
+                if entry is not None:
+                    return entry.value
         start = memo.now()
         try:
             memo.stats.add("loads")

@@ -275,6 +275,46 @@ def test_a_cancelled_loader_hands_the_key_to_its_waiters() -> None:
     assert loads == 2
 
 
+class Interrupted(BaseException):
+    """Stands for KeyboardInterrupt in the loading thread."""
+
+
+def test_an_interrupted_loader_thread_hands_the_key_to_its_waiters() -> None:
+    loads = 0
+    waiting = threading.Event()
+
+    @cached(JitteredTTLCache(10, 60))
+    def slow(key: str) -> str:
+        nonlocal loads
+        loads += 1
+        if loads == 1:
+            waiting.wait(5)
+            time.sleep(0.1)  # the waiters are blocked on this load
+            raise Interrupted
+        return key
+
+    results: list[object] = []
+
+    def call() -> None:
+        try:
+            results.append(slow("k"))
+        except Interrupted as exc:
+            results.append(exc)
+
+    leader = threading.Thread(target=call)
+    leader.start()
+    time.sleep(0.01)
+    waiters = [threading.Thread(target=call) for _ in range(3)]
+    for thread in waiters:
+        thread.start()
+    waiting.set()
+    for thread in (leader, *waiters):
+        thread.join(5)
+    assert sum(isinstance(r, Interrupted) for r in results) == 1  # only the loader's own call
+    assert sorted(r for r in results if isinstance(r, str)) == ["k"] * 3
+    assert loads == 2
+
+
 def test_a_cancelled_waiter_leaves_the_load_alone() -> None:
     @cached(JitteredTTLCache(10, 60))
     async def slow(key: str) -> str:
