@@ -298,6 +298,7 @@ class _JitteredFunction(wrapt.FunctionWrapper[Any, Any]):
     __bound_function_wrapper__ = _JitteredBound
     _self_draw: Callable[[], float]
     _self_scheduler: Scheduler | None
+    _self_tasks: set[asyncio.Task[Any]]  # until done: the loop keeps only weak references
 
     def later(self, *args: Any, **kwargs: Any) -> Any:
         """Schedule the call after a jittered delay without blocking the caller."""
@@ -311,7 +312,10 @@ class _JitteredFunction(wrapt.FunctionWrapper[Any, Any]):
                 await async_sleep(delay)
                 return await target(*args, **kwargs)
 
-            return asyncio.get_running_loop().create_task(run())
+            task = asyncio.get_running_loop().create_task(run())
+            self._self_tasks.add(task)  # a caller may drop it (fire and forget): keep it alive
+            task.add_done_callback(self._self_tasks.discard)
+            return task
         scheduler: Scheduler = self._self_scheduler or _scheduler()
         return scheduler.call_at(scheduler._clock() + delay, lambda: target(*args, **kwargs))
 
@@ -360,6 +364,7 @@ def jittered(
         result = _JitteredFunction(fn, wrapper)
         result._self_draw = draw
         result._self_scheduler = scheduler
+        result._self_tasks = set()
         return result  # type: ignore[return-value]
 
     return decorate

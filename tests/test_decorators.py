@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import itertools
 import random
@@ -200,6 +201,26 @@ def test_jittered_later_async() -> None:
         return await task, cancelled.cancelled()
 
     assert asyncio.run(main()) == (2, True)
+
+
+def test_jittered_later_async_fire_and_forget() -> None:
+    """A dropped task is kept alive until it ran (the loop holds tasks only weakly)."""
+    ran: list[int] = []
+
+    @jittered(0.01)
+    async def job(x: int) -> None:
+        ran.append(x)
+
+    async def main() -> int:
+        job.later(1)  # the caller keeps nothing
+        gc.collect()
+        held = len(job._self_tasks)  # type: ignore[attr-defined]
+        await asyncio.sleep(0.05)
+        return held
+
+    assert asyncio.run(main()) == 1
+    assert ran == [1]
+    assert not job._self_tasks  # type: ignore[attr-defined]  # forgotten once done
 
 
 def test_paced_spaces_calls(clock: FakeClock) -> None:
