@@ -173,7 +173,9 @@ def spread(
     workers = positive_int("concurrency", concurrency)
     if inspect.iscoroutinefunction(fn):
         return _aspread(fn, todo, offsets, workers, progress, clock, sleep or async_sleep)
-    return _spread_threads(fn, todo, offsets, workers, progress, cancel, clock, sleep or time.sleep)
+    if sleep is None:  # real time: a cancel wakes the wait at once, not at the next start
+        sleep = time.sleep if cancel is None else cancel.wait
+    return _spread_threads(fn, todo, offsets, workers, progress, cancel, clock, sleep)
 
 
 def _spread_threads(

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from smoothclient import PoissonScheduler, Reconciler, TimeWindow, next_run, offset_for, spread
-from smoothclient.schedule import plan
+from smoothclient.schedule import SpreadCancelled, plan
 from smoothclient.testing import FakeClock
 
 
@@ -74,6 +74,18 @@ def test_spread_sync_results_errors_progress(clock: FakeClock) -> None:
     assert not result.ok
     assert seen[-1] == (6, 6)
     assert clock.sleeps == pytest.approx([1.0] * 5)
+
+
+def test_spread_cancel_wakes_a_long_wait() -> None:
+    """Cancelled during a long gap between starts, spread returns at once, not at the next start."""
+    cancel = threading.Event()
+    threading.Timer(0.05, cancel.set).start()
+    started = _time.monotonic()
+    result = spread(lambda item: item, [1, 2], window=20, placement="even", cancel=cancel)
+    assert _time.monotonic() - started < 1.0  # the second start was 10 s away
+    assert result.cancelled
+    assert result.results[0] == 1
+    assert isinstance(result.errors[1], SpreadCancelled)
 
 
 def test_spread_cancel(clock: FakeClock) -> None:
