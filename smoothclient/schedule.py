@@ -41,6 +41,8 @@ __all__ = [
 
 log = logging.getLogger("smoothclient.schedule")
 T = TypeVar("T")
+#: The async runners sleep in steps of at most this, so :meth:`PoissonScheduler.stop` is seen.
+STOP_POLL = 1.0
 Placement = Literal["uniform", "hashed", "even"]
 
 
@@ -426,20 +428,37 @@ class PoissonScheduler:
         try:
             self.task()
         except Exception as exc:
-            self.stats.failures += 1
-            if self.on_outcome:
-                self.on_outcome(False, exc)
-            lo, hi = self.backoff
-            delay = sample_backoff(
-                "decorrelated",
-                1,
-                initial=lo,
-                maximum=hi,
-                rng=self.rng,
-                previous=self._previous_backoff,
-            )
-            self._previous_backoff = delay
-            return delay
+            return self._failed(exc)
+        return self._succeeded()
+
+    async def _run_once_async(self) -> float:
+        """:meth:`_run_once` for :meth:`run_async`: a coroutine task is awaited."""
+        try:
+            result = self.task()
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            return self._failed(exc)
+        return self._succeeded()
+
+    def _failed(self, exc: Exception) -> float:
+        """Count a failure; return the decorrelated backoff before the next attempt."""
+        self.stats.failures += 1
+        if self.on_outcome:
+            self.on_outcome(False, exc)
+        lo, hi = self.backoff
+        delay = sample_backoff(
+            "decorrelated",
+            1,
+            initial=lo,
+            maximum=hi,
+            rng=self.rng,
+            previous=self._previous_backoff,
+        )
+        self._previous_backoff = delay
+        return delay
+
+    def _succeeded(self) -> float:
         self.stats.events += 1
         self._previous_backoff = None
         if self.on_outcome:
@@ -478,14 +497,22 @@ class PoissonScheduler:
         self._thread.start()
 
     async def run_async(self, *, max_events: int | None = None) -> None:
-        """Run on the current event loop until :meth:`stop` (or cancelled)."""
+        """
+        Run on the current event loop until :meth:`stop` (or cancelled).
+
+        ``task`` may be a coroutine function here (it is awaited); a sync one runs on the loop.
+        :meth:`stop` is noticed within a second, even in the middle of a long gap.
+        """
         gap = self._plan_next(self.wall(), 0.0)
         count = 0
         while not self._stop.is_set() and (max_events is None or count < max_events):
-            await async_sleep(gap)
+            while gap > 0 and not self._stop.is_set():
+                step = min(gap, STOP_POLL)
+                await async_sleep(step)
+                gap -= step
             if self._stop.is_set():
                 return
-            backoff = self._run_once(self.wall())
+            backoff = await self._run_once_async()
             count += 1
             gap = self._plan_next(self.wall(), backoff)
 

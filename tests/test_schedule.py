@@ -15,6 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from smoothclient import PoissonScheduler, Reconciler, TimeWindow, next_run, offset_for, spread
+from smoothclient import schedule as schedule_module
 from smoothclient.schedule import SpreadCancelled, plan
 from smoothclient.testing import FakeClock
 
@@ -304,6 +305,35 @@ def test_poisson_run_async(clock: FakeClock) -> None:
     asyncio.run(main())
     assert len(ran) == 5
     assert s.stats.events == 5
+
+
+def test_poisson_run_async_awaits_a_coroutine_task() -> None:
+    ran: list[int] = []
+
+    async def task() -> None:
+        await asyncio.sleep(0)
+        ran.append(1)
+
+    s = PoissonScheduler(task, rate=200.0, rng=random.Random(2))
+    asyncio.run(s.run_async(max_events=5))
+    assert ran == [1] * 5  # it used to count five events and run none
+    assert s.stats.events == 5
+
+
+def test_poisson_run_async_stops_in_a_long_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(schedule_module, "STOP_POLL", 0.02)
+    s = PoissonScheduler(lambda: None, events_per_day=1, rng=random.Random(3))  # gaps of hours
+
+    async def main() -> float:
+        runner = asyncio.create_task(s.run_async())
+        await asyncio.sleep(0.05)
+        s.stop()
+        started = _time.monotonic()
+        await asyncio.wait_for(runner, 1.0)
+        return _time.monotonic() - started
+
+    assert asyncio.run(main()) < 0.5
+    assert s.stats.events == 0
 
 
 def test_reconciler_async_recovers_lost_work_exactly_once(clock: FakeClock) -> None:
