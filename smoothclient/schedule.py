@@ -41,7 +41,7 @@ __all__ = [
 
 log = logging.getLogger("smoothclient.schedule")
 T = TypeVar("T")
-#: The async runners sleep in steps of at most this, so :meth:`PoissonScheduler.stop` is seen.
+#: The async runners sleep in steps of at most this, so their ``stop()`` is seen within it.
 STOP_POLL = 1.0
 Placement = Literal["uniform", "hashed", "even"]
 
@@ -506,10 +506,7 @@ class PoissonScheduler:
         gap = self._plan_next(self.wall(), 0.0)
         count = 0
         while not self._stop.is_set() and (max_events is None or count < max_events):
-            while gap > 0 and not self._stop.is_set():
-                step = min(gap, STOP_POLL)
-                await async_sleep(step)
-                gap -= step
+            await _sleep_unless(self._stop, gap)
             if self._stop.is_set():
                 return
             backoff = await self._run_once_async()
@@ -522,6 +519,14 @@ class PoissonScheduler:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+
+async def _sleep_unless(stop: threading.Event, seconds: float) -> None:
+    """Sleep ``seconds`` on the event loop, waking within :data:`STOP_POLL` once ``stop`` is set."""
+    while seconds > 0 and not stop.is_set():
+        step = min(seconds, STOP_POLL)
+        await async_sleep(step)
+        seconds -= step
 
 
 # --------------------------------------------------------------------------- reconciler
@@ -692,19 +697,21 @@ class Reconciler:
 
     async def run_async(self, *, max_ticks: int | None = None) -> None:
         """
-        Tick on the running event loop until :meth:`stop` (or ``max_ticks``); cancel to stop.
+        Tick on the running event loop until :meth:`stop` (or ``max_ticks``), or cancel it.
 
         The wait between ticks uses ``sleep`` if it was given (it must then be async), else
-        ``asyncio.sleep``.
+        ``asyncio.sleep`` in steps of at most a second, so :meth:`stop` is seen within one.
         """
         self._stop.clear()
-        wait = self.sleep if self.sleep is not None else async_sleep
         ticks = 0
         while not self._stop.is_set() and (max_ticks is None or ticks < max_ticks):
             await self.tick_async()
             ticks += 1
             if max_ticks is None or ticks < max_ticks:
-                await wait(self.next_interval())
+                if self.sleep is not None:
+                    await self.sleep(self.next_interval())
+                else:
+                    await _sleep_unless(self._stop, self.next_interval())
 
     def start(self) -> None:
         """Tick in a daemon thread."""

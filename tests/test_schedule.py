@@ -336,6 +336,21 @@ def test_poisson_run_async_stops_in_a_long_gap(monkeypatch: pytest.MonkeyPatch) 
     assert s.stats.events == 0
 
 
+def test_reconciler_run_async_stops_between_long_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(schedule_module, "STOP_POLL", 0.02)
+    r = Reconciler(list, print, every=3600)
+
+    async def main() -> float:
+        runner = asyncio.create_task(r.run_async())
+        await asyncio.sleep(0.05)  # one tick done, an hour to the next
+        r.stop()
+        started = _time.monotonic()
+        await asyncio.wait_for(runner, 1.0)
+        return _time.monotonic() - started
+
+    assert asyncio.run(main()) < 0.5
+
+
 def test_reconciler_async_recovers_lost_work_exactly_once(clock: FakeClock) -> None:
     """The async runner: async query and handler, spread as tasks, ticks on the loop."""
     pending = {f"job-{i}" for i in range(30)}
