@@ -482,21 +482,23 @@ class FastLane:
         the flow would give up on it at once, with the same record.
         """
         status, headers = response.status_code, response.headers
-        pacer = self.pacer
+        hints: Hints | None = None  # None: a plain success on a healthy origin, lock-free
         if status >= 400 or status in self._retry_statuses:
             if status == 403:
                 return None  # its JSON body may make it retryable (Google's RetryInfo): the flow
             hints = read_hints(headers)
             if hints.should_retry is not None or retryable_status(self._policy, status, hints):
                 return None  # the flow decides (and records why)
-            pacer.observe(origin, status, hints, pacer.clock(), counted=lane is _ADMITTED)
-        elif lane is _HEALTHY and not has_hints(headers):
-            pacer.note_success(origin, pacer.clock())  # lock-free
-        else:
+        elif lane is not _HEALTHY or has_hints(headers):
             hints = read_hints(headers)
-            pacer.observe(origin, status, hints, pacer.clock(), counted=lane is _ADMITTED)
+        pacer = self.pacer
+        now = pacer.clock()
+        if hints is None:
+            pacer.note_success(origin, now)
+        else:
+            pacer.observe(origin, status, hints, now, counted=lane is _ADMITTED)
         if self._budget is not None:  # the call's one attempt counts toward the retry budget
-            pacer.record_attempt(origin, self._budget, pacer.clock())
+            pacer.record_attempt(origin, self._budget, now)
         return {"attempts": 1, "waits": [], "total_wait": 0.0, "reasons": [], "gave_up": None}
 
     def failed(
