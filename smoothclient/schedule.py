@@ -423,7 +423,7 @@ class PoissonScheduler:
             need *= new_length / length
             length = new_length
 
-    def _run_once(self, now: float) -> float:
+    def _run_once(self) -> float:
         """Run the task once; return the delay before the next attempt."""
         try:
             self.task()
@@ -486,7 +486,7 @@ class PoissonScheduler:
                 self.sleep(gap)
             if self._stop.is_set():
                 return
-            backoff = self._run_once(self.wall())
+            backoff = self._run_once()
             count += 1
             gap = self._plan_next(self.wall(), backoff)
 
