@@ -29,12 +29,14 @@ from ._core import (
     retryable_status,
 )
 from ._errors import RateLimited
+from ._parse import declared_length
 from .hints import Hints, has_hints, read_hints, with_body_hints
 from .pacer import Pacer
 from .policy import RetryPolicy
 
 __all__ = [
     "DISCARD",
+    "DRAIN_LIMIT",
     "NOT_SENT",
     "SEND",
     "CallFlow",
@@ -47,6 +49,7 @@ __all__ = [
     "Reply",
     "Sleep",
     "describe",
+    "drainable",
     "drive",
     "drive_async",
     "edge_config",
@@ -339,6 +342,16 @@ def origin_key(scheme: str, host: str | bytes, port: int | None) -> str:
     if port is None:
         port = 443 if scheme in ("https", "wss") else 80
     return f"{scheme}://{host.lower()}:{port}"
+
+
+#: Error bodies up to this size are read before closing, so the connection can be reused.
+DRAIN_LIMIT = 64 * 1024
+
+
+def drainable(headers: Mapping[str, str]) -> bool:
+    """Whether a failed response's body is small enough to read before closing it."""
+    size = declared_length(headers.get("content-length", ""))
+    return size is not None and size <= DRAIN_LIMIT
 
 
 def describe(method: str, origin: str, path: str) -> str:

@@ -27,6 +27,7 @@ from ._flow import (
     Lane,
     Reply,
     describe,
+    drainable,
     drive,
     drive_async,
     edge_config,
@@ -39,9 +40,6 @@ from .pacer import Pacer
 from .policy import RetryPolicy
 
 __all__ = ["AsyncSmoothTransport", "SmoothTransport"]
-
-#: Error bodies up to this size are read before closing, so the connection can be reused.
-DRAIN_LIMIT = 64 * 1024
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _KINDS: tuple[tuple[type[Exception], ErrorKind], ...] = (
@@ -113,11 +111,6 @@ def _replayable(request: httpx.Request) -> bool:
     except httpx.RequestNotRead:
         return False
     return True
-
-
-def _small(response: httpx.Response) -> bool:
-    length = response.headers.get("content-length", "")
-    return length.isascii() and length.isdigit() and int(length) <= DRAIN_LIMIT
 
 
 class _Base:
@@ -209,7 +202,7 @@ class SmoothTransport(_Base, httpx.BaseTransport):
     @staticmethod
     def _discard(response: httpx.Response) -> None:
         try:
-            if _small(response):
+            if drainable(response.headers):
                 response.read()
         except httpx.HTTPError:
             pass
@@ -278,7 +271,7 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
     @staticmethod
     async def _discard(response: httpx.Response) -> None:
         try:
-            if _small(response):
+            if drainable(response.headers):
                 await response.aread()
         except httpx.HTTPError:
             pass

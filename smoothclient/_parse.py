@@ -11,7 +11,7 @@ import functools
 import math
 import re
 
-__all__ = ["parse_date", "parse_go_duration", "parse_number"]
+__all__ = ["declared_length", "parse_date", "parse_go_duration", "parse_number"]
 
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_abbr) if m}
@@ -39,6 +39,11 @@ _ISO = re.compile(
 _GO_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|ms|m|s|us|µs|μs|ns)", re.ASCII)
 _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6}
 _GO_UNITS["ns"] = 1e-9
+
+
+def declared_length(value: str) -> int | None:
+    """A ``Content-Length`` value as bytes, or ``None`` when absent or not plain ASCII digits."""
+    return int(value) if value.isascii() and value.isdigit() else None
 
 
 def parse_number(value: str) -> float | None:

@@ -29,6 +29,7 @@ from ._flow import (
     Lane,
     Reply,
     describe,
+    drainable,
     drive,
     edge_config,
     first_try,
@@ -82,9 +83,8 @@ def _reply(response: requests.Response) -> Reply:
 
 def _discard(response: requests.Response) -> None:
     """Read a small error body (so the connection is reused), then release the response."""
-    length = response.headers.get("content-length", "")
     try:
-        if length.isascii() and length.isdigit() and int(length) <= 64 * 1024:
+        if drainable(response.headers):
             response.content  # noqa: B018 - reads the body
     except requests.RequestException:
         pass

@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from . import _sfv
-from ._parse import parse_date, parse_go_duration, parse_http_date, parse_number
+from ._parse import declared_length, parse_date, parse_go_duration, parse_http_date, parse_number
 
 __all__ = [
     "Hints",
@@ -907,7 +907,8 @@ def wants_body(status: int, headers: Any) -> bool:
         length = str(headers.get("content-length", ""))
     except Exception:  # never crash on server input or odd header objects
         return False
-    return "json" in kind and length.isascii() and length.isdigit() and int(length) <= BODY_LIMIT
+    size = declared_length(length)
+    return "json" in kind and size is not None and size <= BODY_LIMIT
 
 
 def read_body_hints(body: bytes | str) -> Hints:

@@ -9,6 +9,7 @@ import requests
 import requests.structures
 
 from smoothclient import _requests as requests_edge
+from smoothclient._flow import drainable
 from smoothclient._requests import _origin, _reply, _rewinder
 
 
@@ -86,3 +87,21 @@ def test_reply_survives_a_broken_body() -> None:
     r = response(429, b"{}")
     r.raw = Broken()
     assert _reply(r).body is None
+
+
+@pytest.mark.parametrize(
+    ("length", "drained"),
+    [
+        ("0", True),
+        ("65536", True),
+        ("65537", False),
+        ("", False),
+        ("12a", False),
+        (" 5", False),
+        ("١٢", False),
+    ],
+)
+def test_only_small_stated_bodies_are_drained(length: str, drained: bool) -> None:
+    """Both edges read a failed response's body before closing only if it says it is small."""
+    headers = requests.structures.CaseInsensitiveDict({"Content-Length": length})
+    assert drainable(headers) is drained
