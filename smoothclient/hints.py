@@ -161,10 +161,11 @@ def _collect(headers: HeadersLike) -> dict[str, list[str]]:
 class _Ctx:
     """Per-response parsing context: the time reference and the reset interpretation."""
 
-    __slots__ = ("_ref", "fields", "now", "reset_format")
+    __slots__ = ("_ref", "fields", "names", "now", "reset_format")
 
     def __init__(self, fields: dict[str, list[str]], now: float, reset_format: ResetFormat):
         self.fields = fields
+        self.names = tuple(fields)  # the key of the per-name-set caches
         self.now = now
         self.reset_format = reset_format
         self._ref: float | None = None
@@ -391,7 +392,7 @@ def _dimensions(
 
 def _dimensioned(ctx: _Ctx) -> Iterator[Quota]:
     """OpenAI ``x-ratelimit-*-{requests,tokens}``, Kong ``-minute``, Anthropic dimensions."""
-    for (family, dim), names in _dimensions(tuple(ctx.fields)):
+    for (family, dim), names in _dimensions(ctx.names):
         reset_name = names.get("reset")
         reset = ctx.timing(reset_name, _reset_or_duration(ctx)) if reset_name else None
         unit = "requests" if dim in _KONG_WINDOWS or dim == "requests" else dim
@@ -694,7 +695,7 @@ def _extractors_for(names: tuple[str, ...]) -> tuple[Callable[[_Ctx], Iterator[Q
 
 def _gather_quotas(ctx: _Ctx) -> list[Quota]:
     quotas: list[Quota] = []
-    for extract in _extractors_for(tuple(ctx.fields)):
+    for extract in _extractors_for(ctx.names):
         try:
             quotas.extend(extract(ctx))
         except Exception:  # never crash on server input
@@ -770,7 +771,8 @@ class _KnownNames:
     def _learn(self, no: set[Any], yes: set[Any], names: Iterable[object]) -> bool:
         relevant = False
         for name in names:
-            if _is_relevant(_text(name).strip().lower()):
+            key = self.learn_field(name)
+            if key is not None and key not in _CONTEXT_FIELDS:
                 relevant = True
                 if len(yes) < self.limit:
                     yes.add(name)
