@@ -272,8 +272,11 @@ class Pacer:
     def note_success(self, origin: str, now: float) -> None:
         """Record a success that took the fast path (for the learned-rate estimate)."""
         o = self._origins.get(origin)
-        if o is not None:
-            o.succeeded(now)
+        if o is not None:  # the hot path: _Origin.succeeded written out
+            successes = o.successes
+            successes.append(now)
+            if successes[0] < now - 1.0:
+                successes.popleft()
 
     def adopt(self, origin: str) -> None:
         """Count a request sent on the fast path as in flight, before :meth:`observe`."""
