@@ -25,7 +25,7 @@ import httpx
 import requests
 
 import smoothclient
-from smoothclient._server import LimitedServer
+from smoothclient.tools.server import LimitedServer
 
 ATTEMPTS = 50
 

@@ -42,9 +42,10 @@ from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.util import Retry
 
 import smoothclient
-from smoothclient._requests import _origin
-from smoothclient._server import LimitedServer
+from smoothclient.edges import httpx_transport, requests_adapter
+from smoothclient.edges.requests_adapter import _origin
 from smoothclient.hints import has_hints
+from smoothclient.tools.server import LimitedServer
 
 #: What a typical small API response carries besides any rate-limit fields.
 PLAIN = {
@@ -120,7 +121,7 @@ class HintFloor(httpx.BaseTransport):
         url = request.url
         self.origins.get((url.scheme, url.raw_host, url.port))
         response = self.inner.handle_request(request)
-        has_hints(response.headers)
+        has_hints(response.headers, httpx_transport.HEADER_ACCESS)
         return response
 
 
@@ -159,7 +160,7 @@ class AdapterFloor(HTTPAdapter):
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
         self.origins.get(_origin(request.url or ""))
         response = super().send(request, **kwargs)
-        has_hints(response.headers)
+        has_hints(response.headers, requests_adapter.HEADER_ACCESS)
         return response
 
 

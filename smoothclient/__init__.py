@@ -4,6 +4,9 @@ smoothclient: stop client fleets from stampeding the services they call.
 Public names load lazily, so ``import smoothclient`` costs almost nothing and never imports
 httpx or requests; the names that need an extra (``SmoothTransport``, ``SmoothAdapter``, ...)
 raise an :class:`ImportError` naming the extra to install when it is missing.
+
+:data:`PUBLIC` is the one table of the public names: where each lives and which extra it
+needs.  ``__all__`` is made from it.
 """
 
 from __future__ import annotations
@@ -13,81 +16,60 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from . import testing, window
-    from ._core import RetryEvent
-    from ._errors import InfeasibleWindow, RateLimited, SmoothError
-    from ._httpx import AsyncSmoothTransport, SmoothTransport
-    from ._requests import SmoothAdapter
     from .cache import JitteredTTLCache, cached
-    from .decorators import jittered, paced, retry
+    from .edges.httpx_transport import AsyncSmoothTransport, SmoothTransport
+    from .edges.requests_adapter import SmoothAdapter
+    from .errors import InfeasibleWindow, RateLimited, SmoothError
+    from .events import RetryEvent
     from .hints import Hints, Quota, read_body_hints, read_hints
-    from .jitter import offset_for
-    from .pacer import Pacer
+    from .pacing.pacer import Pacer
     from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
-    from .schedule import PoissonScheduler, Reconciler, TimeWindow, next_run, spread
+    from .spreading.jittered import jittered
+    from .spreading.offsets import next_run, offset_for
+    from .spreading.paced import paced
+    from .spreading.poisson import PoissonScheduler, TimeWindow
+    from .spreading.reconciler import Reconciler
+    from .spreading.retry import retry
+    from .spreading.spread import spread
 
-__all__ = [
-    "DEFAULT_POLICY",
-    "AsyncSmoothTransport",
-    "Hints",
-    "InfeasibleWindow",
-    "JitteredTTLCache",
-    "Pacer",
-    "PoissonScheduler",
-    "Quota",
-    "RateLimited",
-    "Reconciler",
-    "RetryBudget",
-    "RetryEvent",
-    "RetryPolicy",
-    "SmoothAdapter",
-    "SmoothError",
-    "SmoothTransport",
-    "TimeWindow",
-    "__version__",
-    "cached",
-    "jittered",
-    "next_run",
-    "offset_for",
-    "paced",
-    "read_body_hints",
-    "read_hints",
-    "retry",
-    "spread",
-    "testing",
-    "window",
-]
-
-# name -> (module, extra needed or None)
-_LAZY: dict[str, tuple[str, str | None]] = {
-    "AsyncSmoothTransport": ("_httpx", "httpx"),
+#: Every public name: the module it lives in (under ``smoothclient.``) and the extra it needs.
+PUBLIC: dict[str, tuple[str, str | None]] = {
+    "AsyncSmoothTransport": ("edges.httpx_transport", "httpx"),
     "DEFAULT_POLICY": ("policy", None),
     "Hints": ("hints", None),
-    "InfeasibleWindow": ("_errors", None),
+    "InfeasibleWindow": ("errors", None),
     "JitteredTTLCache": ("cache", None),
-    "Pacer": ("pacer", None),
-    "PoissonScheduler": ("schedule", None),
+    "Pacer": ("pacing.pacer", None),
+    "PoissonScheduler": ("spreading.poisson", None),
     "Quota": ("hints", None),
-    "Reconciler": ("schedule", None),
-    "RateLimited": ("_errors", None),
+    "RateLimited": ("errors", None),
+    "Reconciler": ("spreading.reconciler", None),
     "RetryBudget": ("policy", None),
-    "RetryEvent": ("_core", None),
+    "RetryEvent": ("events", None),
     "RetryPolicy": ("policy", None),
-    "SmoothAdapter": ("_requests", "requests"),
-    "SmoothError": ("_errors", None),
-    "SmoothTransport": ("_httpx", "httpx"),
-    "TimeWindow": ("schedule", None),
+    "SmoothAdapter": ("edges.requests_adapter", "requests"),
+    "SmoothError": ("errors", None),
+    "SmoothTransport": ("edges.httpx_transport", "httpx"),
+    "TimeWindow": ("spreading.poisson", None),
     "cached": ("cache", None),
-    "jittered": ("decorators", None),
-    "next_run": ("schedule", None),
-    "paced": ("decorators", None),
-    "retry": ("decorators", None),
-    "spread": ("schedule", None),
-    "offset_for": ("jitter", None),
-    "read_hints": ("hints", None),
+    "jittered": ("spreading.jittered", None),
+    "next_run": ("spreading.offsets", None),
+    "offset_for": ("spreading.offsets", None),
+    "paced": ("spreading.paced", None),
     "read_body_hints": ("hints", None),
+    "read_hints": ("hints", None),
+    "retry": ("spreading.retry", None),
+    "spread": ("spreading.spread", None),
 }
-_SUBMODULES = frozenset({"testing", "window"})
-_EXTRA_OF = {"httpx": "httpx", "requests": "requests"}
+#: Public submodules, imported on first use.
+SUBMODULES = ("testing", "window")
+#: The packages each extra brings, to tell a missing extra from any other import failure.
+_EXTRA_PACKAGES = {
+    "httpx": frozenset({"httpx", "httpcore", "anyio"}),
+    "requests": frozenset({"requests", "urllib3"}),
+}
+
+__all__ = sorted([*PUBLIC, *SUBMODULES, "__version__"], key=str.casefold)
 
 
 def __getattr__(name: str) -> Any:
@@ -98,16 +80,17 @@ def __getattr__(name: str) -> Any:
             return version("smoothclient")
         except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
             return "0+unknown"
-    if name in _SUBMODULES:
+    if name in SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    if name not in _LAZY:
+    if name not in PUBLIC:
         msg = f"module {__name__!r} has no attribute {name!r}"
         raise AttributeError(msg)
-    module_name, extra = _LAZY[name]
+    module_name, extra = PUBLIC[name]
     try:
         module = importlib.import_module(f"{__name__}.{module_name}")
     except ModuleNotFoundError as exc:
-        if extra is None or exc.name != _EXTRA_OF.get(extra):
+        missing = (exc.name or "").partition(".")[0]
+        if extra is None or missing not in _EXTRA_PACKAGES[extra]:
             raise
         msg = f"smoothclient.{name} needs {extra}: pip install 'smoothclient[{extra}]'"
         raise ImportError(msg, name=exc.name) from exc

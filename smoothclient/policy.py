@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._validate import fraction, optional_seconds, positive_int, seconds
-from .jitter import JITTER_KINDS, JitterKind
+from .engine.backoff import JITTER_KINDS, JitterKind
 
 if TYPE_CHECKING:
-    from ._core import RetryEvent
+    from .events import RetryEvent
 
 __all__ = [
     "DEFAULT_POLICY",

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from ._errors import InfeasibleWindow
 from ._validate import optional_seconds, seconds
+from .errors import InfeasibleWindow
 
 __all__ = [
     "Bound",

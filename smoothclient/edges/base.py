@@ -1,0 +1,161 @@
+"""
+What every edge shares: its configuration and the one shape of a call.
+
+The fast lane, then the call flow, then the record attached to what the caller gets.
+
+An edge supplies only what is specific to its client library: how to send, how a response
+reads as a :class:`~smoothclient.edges.flow.Reply`, which exceptions are transport failures,
+how to close a response, how to sleep, and where the record goes.  A new edge (aiohttp, ...)
+is a module beside ``httpx_transport`` and ``requests_adapter`` built on :class:`EdgeCore`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..hints import FieldAccess
+from ..hints.numbers import declared_length
+from ..pacing.pacer import Pacer, PacerLike
+from ..policy import DEFAULT_POLICY, RetryPolicy
+from .flow import CallFlow, Failure, Reply, drive, drive_async
+from .lane import FastLane, Lane, _Response, first_try, first_try_async
+
+__all__ = ["DRAIN_LIMIT", "EdgeCore", "RequestInfo", "describe", "drainable"]
+
+R = TypeVar("R", bound=_Response)
+
+#: Error bodies up to this size are read before closing, so the connection can be reused.
+DRAIN_LIMIT = 64 * 1024
+
+
+def drainable(headers: Mapping[str, str]) -> bool:
+    """Whether a failed response's body is small enough to read before closing it."""
+    size = declared_length(headers.get("content-length", ""))
+    return size is not None and size <= DRAIN_LIMIT
+
+
+def describe(method: str, origin: str, path: str) -> str:
+    """``GET https://host:443/path`` for logs: never the query string or credentials."""
+    return f"{method.upper()} {origin}{path.split('?', 1)[0]}"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """What the call flow needs to know of a request (asked for only when the flow runs)."""
+
+    method: str
+    path: str
+    has_idempotency_key: bool
+    replayable: bool
+
+
+class EdgeCore:
+    """
+    An edge's policy, pacer, randomness and fast lane, and its call loop (sync and async).
+
+    Args:
+        policy: the retry policy (default ``DEFAULT_POLICY``).
+        pacer: any pacer with a clock and per-origin trackers (default: a new :class:`Pacer`).
+        rng: randomness for jitter.
+        access: how this edge's header containers are read.
+    """
+
+    __slots__ = ("_access", "lane", "pacer", "policy", "rng")
+
+    def __init__(
+        self,
+        policy: object,
+        pacer: object,
+        rng: random.Random | None,
+        access: FieldAccess,
+    ) -> None:
+        """Validate ``policy`` and ``pacer`` and fill in the defaults."""
+        if policy is not None and not isinstance(policy, RetryPolicy):
+            msg = f"policy must be a RetryPolicy, not {type(policy).__name__}"
+            raise TypeError(msg)
+        if pacer is not None and not isinstance(pacer, PacerLike):
+            msg = (
+                f"pacer must be a Pacer (or have clock, track and peek), not {type(pacer).__name__}"
+            )
+            raise TypeError(msg)
+        self.policy: RetryPolicy = policy or DEFAULT_POLICY
+        self.pacer: PacerLike = pacer or Pacer()
+        self.rng = rng or random.Random()
+        self._access = access
+        self.lane = FastLane(self.pacer, self.policy, access)
+
+    def flow(
+        self, origin: str, info: RequestInfo, first: Reply | Failure | None, lane: Lane
+    ) -> CallFlow:
+        """The call flow of one request whose first attempt went as ``first`` on ``lane``."""
+        return CallFlow(
+            self.policy,
+            self.pacer.track(origin),
+            self.pacer.clock,
+            origin,
+            method=info.method,
+            has_idempotency_key=info.has_idempotency_key,
+            replayable=info.replayable,
+            rng=self.rng,
+            describe=describe(info.method, origin, info.path),
+            first=first,
+            first_counted=lane is Lane.ADMITTED,
+            access=self._access,
+        )
+
+    def call(
+        self,
+        origin: str,
+        info: Callable[[], RequestInfo],
+        send: Callable[[], R],
+        reply_of: Callable[[R], Reply],
+        failure_of: Callable[[Exception], Failure | None],
+        discard: Callable[[R], None],
+        sleep: Callable[[float], object],
+    ) -> tuple[R, dict[str, Any]]:
+        """One logical call: the last response and its record, or the last error raised."""
+        response, first, record, lane = first_try(self.lane, origin, send, failure_of, reply_of)
+        if record is not None and response is not None:  # ended on the fast lane
+            return response, record
+        done = drive(
+            self.flow(origin, info(), first, lane),
+            send,
+            reply_of,
+            failure_of,
+            discard,
+            sleep,
+            last=response,
+            error=first.exception if isinstance(first, Failure) else None,
+        )
+        return done.unwrap(), done.record.as_dict()
+
+    async def call_async(
+        self,
+        origin: str,
+        info: Callable[[], RequestInfo],
+        send: Callable[[], Awaitable[R]],
+        reply_of: Callable[[R], Reply],
+        failure_of: Callable[[Exception], Failure | None],
+        discard: Callable[[R], Awaitable[None]],
+        sleep: Callable[[float], Awaitable[object]],
+    ) -> tuple[R, dict[str, Any]]:
+        """Async twin of :meth:`call`."""
+        response, first, record, lane = await first_try_async(
+            self.lane, origin, send, failure_of, reply_of
+        )
+        if record is not None and response is not None:  # ended on the fast lane
+            return response, record
+        done = await drive_async(
+            self.flow(origin, info(), first, lane),
+            send,
+            reply_of,
+            failure_of,
+            discard,
+            sleep,
+            last=response,
+            error=first.exception if isinstance(first, Failure) else None,
+        )
+        return done.unwrap(), done.record.as_dict()

@@ -1,0 +1,371 @@
+"""
+One logical call as a generator of actions, shared by every HTTP edge (sync and async alike).
+
+The generator yields :data:`SEND` (send the request and send back a :class:`Reply` or
+:class:`Failure`), :class:`Sleep` (wait that long) or :data:`DISCARD` (close the last response,
+its connection goes back to the pool).  It returns a :class:`~smoothclient.events.CallRecord`;
+the edge then returns the last response or raises the last exception.  It does no I/O: it asks
+the pacer's tracker for slots and tells it what came back, and the engine what to do next.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from .. import testing
+from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide, ends_call
+from ..errors import RateLimited
+from ..events import CallRecord, RetryEvent
+from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
+from ..pacing.store import Tracker
+from ..policy import RetryPolicy
+
+__all__ = [
+    "DISCARD",
+    "SEND",
+    "CallFlow",
+    "Failure",
+    "Finished",
+    "Reply",
+    "Sleep",
+    "announce",
+    "drive",
+    "drive_async",
+]
+
+log = logging.getLogger("smoothclient")
+_SUCCESS = GiveUp("success", final=True)
+_NO_HINTS = Hints()
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Wait ``seconds``."""
+
+    seconds: float
+
+
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+SEND = _Marker("SEND")
+DISCARD = _Marker("DISCARD")
+Action = Sleep | _Marker
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The edge got a response."""
+
+    status: int
+    headers: Mapping[str, str] | Any
+    body: bytes | None = None  # a small JSON error body, read for delay hints (R15)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The edge got an exception; ``sent`` False when the request surely never left."""
+
+    kind: ErrorKind
+    sent: bool
+    exception: BaseException | None = None
+    retry_after: float | None = None  # a delay the failure itself asked for
+
+
+def announce(
+    policy: RetryPolicy,
+    record: CallRecord,
+    describe: str,
+    origin: str,
+    state: CallState,
+    decision: Retry,
+    status: int | None,
+    exception: BaseException | None,
+) -> None:
+    """Tell the record, the log and the ``on_retry`` hook that the call will retry."""
+    record.reasons.append(decision.reason)
+    log.debug(
+        "%s: attempt %d: %s; retrying in %.3f s (window %.3f-%.3f s)",
+        describe,
+        state.attempt,
+        decision.reason,
+        decision.delay,
+        *decision.window,
+    )
+    hook = policy.on_retry
+    if hook is not None:
+        hook(
+            RetryEvent(
+                origin=origin,
+                attempt=state.attempt,
+                delay=decision.delay,
+                reason=decision.reason,
+                status=status,
+                exception=exception,
+                window=decision.window,
+            )
+        )
+
+
+class CallFlow:
+    """The retry loop of one logical call, as a generator of actions."""
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        tracker: Tracker,
+        clock: Callable[[], float],
+        origin: str,
+        *,
+        method: str,
+        has_idempotency_key: bool,
+        replayable: bool,
+        rng: random.Random,
+        describe: str,
+        first: Reply | Failure | None = None,
+        first_counted: bool = False,
+        access: FieldAccess = GENERIC,
+    ) -> None:
+        """
+        Prepare one logical call; nothing happens until :meth:`run` is driven.
+
+        ``first`` is the result of a first attempt the edge already sent on its fast lane;
+        ``first_counted`` True when the tracker already counts it in flight.  ``access`` reads
+        the edge's header containers.
+        """
+        mode = testing.current()
+        if mode is not None:
+            policy = policy.replace(attempts=min(policy.attempts, mode.attempts))
+        self.no_wait = mode is not None
+        self.policy = policy
+        self.tracker = tracker
+        self.clock = clock
+        self.origin = origin
+        self.method = method.upper()
+        self.has_key = has_idempotency_key
+        self.replayable = replayable
+        self.rng = rng
+        self.describe = describe
+        self.first = first
+        self.first_counted = first_counted
+        self.access = access
+        self.record = CallRecord()
+
+    def _sleep(self, seconds: float) -> Sleep:
+        self.record.waits.append(seconds)
+        return Sleep(0.0 if self.no_wait else seconds)
+
+    def run(self) -> Generator[Action, Reply | Failure | None, CallRecord]:
+        """Drive the call: yield actions, receive replies, return the record."""
+        policy, tracker, clock = self.policy, self.tracker, self.clock
+        started = clock()
+        deadline = None if policy.timeout is None else started + policy.timeout
+        state = CallState(started, self.method, self.has_key, None, self.replayable)
+        not_before = started
+        result = self.first
+        while True:
+            if result is None:
+                granted = yield from self._admit(not_before, deadline)
+                if not granted:
+                    return self.record
+                sent_at = clock()
+                tracker.sent()
+            else:  # the edge's fast lane already sent the first attempt
+                sent_at = started
+                if not self.first_counted:
+                    tracker.adopt()
+            if policy.budget is not None:
+                tracker.record_attempt(policy.budget, sent_at)
+            self.record.attempts += 1
+            if result is None:
+                try:
+                    result = yield SEND
+                except BaseException:  # the edge gave up mid-send (cancelled, unexpected error)
+                    tracker.failed()
+                    raise
+            decision, outcome = self._decide(state, result, sent_at)
+            if isinstance(decision, GiveUp):
+                if not decision.final:
+                    self.record.gave_up = decision.reason
+                    log.debug("%s: giving up: %s", self.describe, decision.reason)
+                return self.record
+            yield DISCARD  # first: a hook that raises must not leave the response open
+            error = result.exception if isinstance(result, Failure) else None
+            announce(
+                policy, self.record, self.describe, self.origin, state, decision,
+                outcome.status, error,
+            )  # fmt: skip
+            not_before = clock() + decision.delay
+            state = state.next(decision.delay)
+            result = None
+
+    def _admit(
+        self, not_before: float, deadline: float | None
+    ) -> Generator[Action, Reply | Failure | None, bool]:
+        """Wait for the tracker's slot; False when it lies beyond the deadline."""
+        if self.no_wait:  # testing mode: no pacing either
+            if self.record.attempts:
+                yield self._sleep(0.0)
+            return True
+        while True:
+            now = self.clock()
+            admission = self.tracker.acquire(now, not_before=not_before, deadline=deadline)
+            if not admission.granted:
+                return self._refused(admission.delay)
+            if admission.final:
+                break
+            yield self._sleep(admission.delay)
+        if admission.delay > 0:
+            try:
+                yield self._sleep(admission.delay)
+            except BaseException:
+                self.tracker.cancel()
+                raise
+        return True
+
+    def _refused(self, delay: float) -> bool:
+        reason = f"the origin admits no request for {delay:.3g} s, past the deadline"
+        if self.record.attempts == 0:
+            raise RateLimited(f"{self.describe}: {reason}", retry_after=delay)
+        self.record.gave_up = reason
+        return False
+
+    def _decide(
+        self, state: CallState, result: Reply | Failure | None, sent_at: float
+    ) -> tuple[Retry | GiveUp, Outcome]:
+        tracker, policy = self.tracker, self.policy
+        now = self.clock()
+        if isinstance(result, Reply):
+            hints = read_fields(result.headers, self.access)
+            if result.body is not None:
+                hints = with_body_hints(hints, result.body)
+            tracker.observe(result.status, hints, now, sent_at=sent_at)
+            outcome = Outcome.from_status(result.status, hints)
+            if ends_call(policy, result.status, hints):
+                return _SUCCESS, outcome  # the common case: nothing to decide
+        elif isinstance(result, Failure):
+            tracker.failed()
+            hints = (
+                _NO_HINTS if result.retry_after is None else Hints(retry_after=result.retry_after)
+            )
+            outcome = Outcome.from_error(result.kind, sent=result.sent, hints=hints)
+        else:  # pragma: no cover - edges always send a result
+            msg = "the edge sent no result for SEND"
+            raise TypeError(msg)
+        decision = decide(policy, state, outcome, now=now, rng=self.rng, cohort=tracker.cohort(now))
+        budget = policy.budget  # checked and taken in one step, only for a real retry
+        if isinstance(decision, Retry) and budget and not tracker.try_retry(budget, now):
+            return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome
+        return decision, outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Finished(Generic[R]):
+    """How a driven call ended: the last response (or ``None``), the last error, the record."""
+
+    response: R | None
+    error: BaseException | None
+    record: CallRecord
+
+    def unwrap(self) -> R:
+        """Return the last response, or raise the last error."""
+        if self.error is not None:
+            raise self.record.attach_to(self.error)
+        assert self.response is not None
+        return self.response
+
+
+def drive(
+    flow: CallFlow,
+    send: Callable[[], R],
+    reply_of: Callable[[R], Reply],
+    failure_of: Callable[[Exception], Failure | None],
+    discard: Callable[[R], None],
+    sleep: Callable[[float], object],
+    *,
+    last: R | None = None,
+    error: BaseException | None = None,
+) -> Finished[R]:
+    """
+    Run ``flow`` synchronously; return the last response or exception and the record.
+
+    ``last`` / ``error``: what the edge's fast lane already got (``flow.first``).
+    """
+    gen = flow.run()
+    try:
+        action = next(gen)
+        while True:
+            if action is SEND:
+                try:
+                    last, error = send(), None
+                    result: Reply | Failure = reply_of(last)
+                except Exception as exc:
+                    failure = failure_of(exc)
+                    if failure is None:
+                        raise
+                    last, error, result = None, exc, failure
+                action = gen.send(result)
+            elif action is DISCARD:
+                if last is not None:
+                    discard(last)
+                action = next(gen)
+            else:
+                assert isinstance(action, Sleep)
+                sleep(action.seconds)
+                action = next(gen)
+    except StopIteration as stop:
+        return Finished(last, error, stop.value)
+    finally:
+        gen.close()
+
+
+async def drive_async(
+    flow: CallFlow,
+    send: Callable[[], Awaitable[R]],
+    reply_of: Callable[[R], Reply],
+    failure_of: Callable[[Exception], Failure | None],
+    discard: Callable[[R], Awaitable[None]],
+    sleep: Callable[[float], Awaitable[object]],
+    *,
+    last: R | None = None,
+    error: BaseException | None = None,
+) -> Finished[R]:
+    """Async twin of :func:`drive`."""
+    gen = flow.run()
+    try:
+        action = next(gen)
+        while True:
+            if action is SEND:
+                try:
+                    last, error = await send(), None
+                    result: Reply | Failure = reply_of(last)
+                except Exception as exc:
+                    failure = failure_of(exc)
+                    if failure is None:
+                        raise
+                    last, error, result = None, exc, failure
+                action = gen.send(result)
+            elif action is DISCARD:
+                if last is not None:
+                    await discard(last)
+                action = next(gen)
+            else:
+                assert isinstance(action, Sleep)
+                await sleep(action.seconds)
+                action = next(gen)
+    except StopIteration as stop:
+        return Finished(last, error, stop.value)
+    finally:
+        gen.close()

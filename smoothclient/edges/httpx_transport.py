@@ -1,0 +1,283 @@
+"""
+httpx transports: :class:`SmoothTransport` and :class:`AsyncSmoothTransport`.
+
+Each wraps a real transport (default: a new ``httpx.HTTPTransport()`` /
+``httpx.AsyncHTTPTransport()``) and runs the shared call: the fast lane, then the call flow
+(pacer admission, send, hints from every response, the retry decision, closing the failed
+response, the wait).
+
+>>> import httpx, smoothclient
+>>> client = httpx.Client(transport=smoothclient.SmoothTransport())
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import httpx
+
+from ..engine.decide import ErrorKind
+from ..hints import GENERIC, FieldAccess, wants_body
+from ..pacing.keys import origin_key
+from ..pacing.pacer import PacerLike
+from ..policy import RetryPolicy
+from .base import EdgeCore, RequestInfo, drainable
+from .flow import Failure, Reply
+
+__all__ = ["AsyncSmoothTransport", "SmoothTransport"]
+
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_KINDS: tuple[tuple[type[Exception], ErrorKind], ...] = (
+    (httpx.ConnectError, "connect"),
+    (httpx.ConnectTimeout, "connect"),
+    (httpx.PoolTimeout, "connect"),
+    (httpx.TimeoutException, "timeout"),
+    (httpx.ReadError, "read"),
+    (httpx.WriteError, "write"),
+    (httpx.RemoteProtocolError, "protocol"),
+)
+_SECOND = operator.itemgetter(1)
+
+
+def _names(headers: Any) -> Iterable[object]:
+    return map(_SECOND, headers._list)
+
+
+def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
+    return ((lower, value) for _, lower, value in headers._list)
+
+
+def _fast_access() -> FieldAccess:
+    """
+    Read ``httpx.Headers`` through their ``(raw, lowercased, value)`` byte triples.
+
+    That costs far less than the public views, which decode every entry.  Checked once, so
+    another httpx layout falls back to the public views.
+    """
+    try:
+        sample = httpx.Headers({"X-A": "b"})._list
+    except AttributeError:  # pragma: no cover - a future httpx
+        return GENERIC
+    return FieldAccess(_names, _pairs) if sample == [(b"X-A", b"x-a", b"b")] else GENERIC
+
+
+HEADER_ACCESS = _fast_access()
+
+
+def _failure(exc: Exception) -> Failure | None:
+    """Classify an httpx transport error; ``None`` for anything else (re-raised)."""
+    if not isinstance(exc, httpx.TransportError):
+        return None
+    kind: ErrorKind = next((k for t, k in _KINDS if isinstance(exc, t)), "other")
+    return Failure(kind, sent=not isinstance(exc, _NOT_SENT), exception=exc)
+
+
+def _reply(response: httpx.Response) -> Reply:
+    """The flow's view of a response: with its JSON error body, when that was read (R15)."""
+    status, headers = response.status_code, response.headers
+    if wants_body(status, headers):
+        try:
+            return Reply(status, headers, response.content)
+        except httpx.ResponseNotRead:
+            pass
+    return Reply(status, headers)
+
+
+def _read(response: httpx.Response) -> httpx.Response:
+    """Read a small JSON error body (sync responses), so :func:`_reply` can use it."""
+    if wants_body(response.status_code, response.headers):
+        try:
+            response.read()
+        except httpx.HTTPError:
+            pass  # unreadable: no body hints, that is all
+        except BaseException:
+            response.close()  # interrupted mid-read: give the connection back
+            raise
+    return response
+
+
+async def _aread(response: httpx.Response) -> httpx.Response:
+    """Async twin of :func:`_read`."""
+    if wants_body(response.status_code, response.headers):
+        try:
+            await response.aread()
+        except httpx.HTTPError:
+            pass
+        except BaseException:
+            import anyio  # only here: a cancelled read must still close the response
+
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+            raise
+    return response
+
+
+def _replayable(request: httpx.Request) -> bool:
+    """A request whose body is in memory can be sent again; a streaming generator cannot."""
+    try:
+        request.content  # noqa: B018 - raises RequestNotRead for streaming bodies
+    except httpx.RequestNotRead:
+        return False
+    return True
+
+
+class _Base:
+    """What the sync and async transports share: the edge core and the request's facts."""
+
+    def __init__(
+        self, policy: RetryPolicy | None, pacer: PacerLike | None, rng: random.Random | None
+    ) -> None:
+        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS)
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy."""
+        return self._core.policy
+
+    @property
+    def pacer(self) -> PacerLike:
+        """The pacer (shared with whichever transports and adapters were given it)."""
+        return self._core.pacer
+
+    @staticmethod
+    def _origin(request: httpx.Request) -> str:
+        url = request.url
+        return origin_key(url.scheme, url.raw_host, url.port)
+
+    def _info(self, request: httpx.Request) -> Callable[[], RequestInfo]:
+        def info() -> RequestInfo:
+            key = self._core.policy.idempotency_header
+            return RequestInfo(
+                request.method,
+                request.url.path,
+                key is not None and key in request.headers,
+                _replayable(request),
+            )
+
+        return info
+
+
+class SmoothTransport(_Base, httpx.BaseTransport):
+    """
+    An httpx transport that retries with shift-and-widen jitter and paces per origin.
+
+    Args:
+        transport: the transport that really sends (default ``httpx.HTTPTransport()``).
+        policy: the :class:`~smoothclient.RetryPolicy` (default ``DEFAULT_POLICY``).
+        pacer: a :class:`~smoothclient.Pacer` to share with other transports (default: its own).
+        rng: randomness for jitter (default a fresh ``random.Random()``).
+        sleep: how to wait (default ``time.sleep``; tests pass a fake clock's ``sleep``).
+    """
+
+    def __init__(
+        self,
+        transport: httpx.BaseTransport | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        pacer: PacerLike | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+    ) -> None:
+        """Wrap ``transport``."""
+        super().__init__(policy, pacer, rng)
+        self.transport = transport if transport is not None else httpx.HTTPTransport()
+        self._sleep = sleep
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` through the retry flow; return the last response."""
+        handle = self.transport.handle_request
+        response, record = self._core.call(
+            self._origin(request),
+            self._info(request),
+            lambda: _read(handle(request)),
+            _reply,
+            _failure,
+            self._discard,
+            self._sleep,
+        )
+        response.extensions["smoothclient"] = record
+        return response
+
+    @staticmethod
+    def _discard(response: httpx.Response) -> None:
+        try:
+            if drainable(response.headers):
+                response.read()
+        except httpx.HTTPError:
+            pass
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        """Close the wrapped transport."""
+        self.transport.close()
+
+
+async def _anyio_sleep(seconds: float) -> None:
+    import anyio  # imported on first use: httpx itself needs it only for its async client
+
+    await anyio.sleep(seconds)
+
+
+class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
+    """
+    Async twin of :class:`SmoothTransport`; works on asyncio and trio.
+
+    Args:
+        transport: the transport that really sends (default ``httpx.AsyncHTTPTransport()``).
+        policy: the :class:`~smoothclient.RetryPolicy` (default ``DEFAULT_POLICY``).
+        pacer: a :class:`~smoothclient.Pacer`, shareable with sync transports too.
+        rng: randomness for jitter.
+        sleep: an async sleep (default ``anyio.sleep``, which follows the running event loop).
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        pacer: PacerLike | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Any] = _anyio_sleep,
+    ) -> None:
+        """Wrap ``transport``."""
+        super().__init__(policy, pacer, rng)
+        self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._sleep = sleep
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` through the retry flow; return the last response."""
+        handle = self.transport.handle_async_request
+
+        async def send() -> httpx.Response:
+            return await _aread(await handle(request))
+
+        response, record = await self._core.call_async(
+            self._origin(request),
+            self._info(request),
+            send,
+            _reply,
+            _failure,
+            self._discard,
+            self._sleep,
+        )
+        response.extensions["smoothclient"] = record
+        return response
+
+    @staticmethod
+    async def _discard(response: httpx.Response) -> None:
+        try:
+            if drainable(response.headers):
+                await response.aread()
+        except httpx.HTTPError:
+            pass
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.transport.aclose()

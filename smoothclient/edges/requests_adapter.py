@@ -1,0 +1,219 @@
+"""
+:class:`SmoothAdapter`: a requests ``HTTPAdapter`` that retries and paces like the transports.
+
+>>> import requests, smoothclient
+>>> session = requests.Session()
+>>> session.mount("https://", smoothclient.SmoothAdapter())
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import random
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from urllib3.exceptions import NewConnectionError
+from urllib3.util import Retry, parse_url
+
+from ..engine.decide import ErrorKind
+from ..hints import GENERIC, FieldAccess, wants_body
+from ..pacing.keys import origin_key
+from ..pacing.pacer import PacerLike
+from ..policy import RetryPolicy
+from .base import EdgeCore, RequestInfo, drainable
+from .flow import Failure, Reply
+
+__all__ = ["SmoothAdapter"]
+
+_NO_RETRIES = Retry(total=0, connect=0, read=False, redirect=False, status=0, raise_on_status=False)
+
+
+def _kind(exc: requests.RequestException) -> tuple[ErrorKind, bool]:
+    """The error kind and whether the request may have been sent."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return "connect", False
+    if isinstance(exc, requests.ReadTimeout | requests.Timeout):
+        return "timeout", True
+    if isinstance(exc, requests.ConnectionError):
+        reason = getattr(exc.args[0], "reason", None) if exc.args else None
+        if isinstance(reason, NewConnectionError):
+            return "connect", False
+        return "read", True
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+        return "protocol", True
+    return "other", True
+
+
+def _failure(exc: Exception) -> Failure | None:
+    retryable = (
+        requests.ConnectionError | requests.Timeout | requests.exceptions.ChunkedEncodingError
+    )
+    if not isinstance(exc, retryable):
+        return None
+    kind, sent = _kind(exc)
+    return Failure(kind, sent=sent, exception=exc)
+
+
+def _reply(response: requests.Response) -> Reply:
+    """The flow's view of a response, with a small JSON error body for its hints (R15)."""
+    status, headers = response.status_code, response.headers
+    if wants_body(status, headers):
+        try:
+            return Reply(status, headers, response.content)
+        except (requests.RequestException, RuntimeError):
+            pass  # unreadable: the flow goes on without the body's hints
+    return Reply(status, headers)
+
+
+def _discard(response: requests.Response) -> None:
+    """Read a small error body (so the connection is reused), then release the response."""
+    try:
+        if drainable(response.headers):
+            response.content  # noqa: B018 - reads the body
+    except requests.RequestException:
+        pass
+    finally:
+        response.close()
+
+
+def _names(headers: Any) -> Iterable[object]:
+    return headers._store  # type: ignore[no-any-return]
+
+
+def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
+    return ((lower, entry[1]) for lower, entry in headers._store.items())
+
+
+def _fast_access() -> FieldAccess:
+    """
+    Read requests' ``CaseInsensitiveDict`` through its ``_store``.
+
+    It keeps ``lowercased name -> (name as sent, value)``: reading it directly skips a view per
+    response.  Checked once, so another layout falls back to the public mapping.
+    """
+    store = getattr(CaseInsensitiveDict({"X-A": "b"}), "_store", None)
+    return FieldAccess(_names, _pairs) if store == {"x-a": ("X-A", "b")} else GENERIC
+
+
+HEADER_ACCESS = _fast_access()
+_SCHEME_NETLOC = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)")
+
+
+def _parsed_origin(url: str) -> str:
+    parsed = parse_url(url)
+    return origin_key(parsed.scheme or "http", parsed.host or "", parsed.port)
+
+
+@functools.lru_cache(maxsize=1024)
+def _origin_of(scheme: str, hostport: str) -> str:
+    return _parsed_origin(f"{scheme}://{hostport}")
+
+
+def _origin(url: str) -> str:
+    """The pacer's origin key of a prepared request's URL (cached per scheme and host:port)."""
+    m = _SCHEME_NETLOC.match(url)
+    if m is None:  # not absolute: let urllib3 make what it can of it
+        return _parsed_origin(url)
+    # never the user-info: no credentials in the cache, and the origin does not depend on them
+    return _origin_of(m.group(1), m.group(2).rpartition("@")[2])
+
+
+def _path(url: str) -> str:
+    return parse_url(url).path or "/"
+
+
+def _rewinder(body: object) -> tuple[bool, Callable[[], object] | None]:
+    """Whether ``body`` can be sent again, and how to rewind it before each attempt, if at all."""
+    if body is None or isinstance(body, bytes | str):
+        return True, None
+    seek = getattr(body, "seek", None)
+    tell = getattr(body, "tell", None)
+    if callable(seek) and callable(tell):
+        try:
+            if getattr(body, "seekable", lambda: True)():
+                start = tell()
+                return True, lambda: seek(start, io.SEEK_SET)
+        except (OSError, ValueError):
+            pass
+    return False, None
+
+
+class SmoothAdapter(HTTPAdapter):
+    """
+    A requests transport adapter with shift-and-widen retries and per-origin pacing.
+
+    urllib3 never retries underneath it: its own ``max_retries`` is fixed at zero.
+
+    Args:
+        policy: the :class:`~smoothclient.RetryPolicy` (default ``DEFAULT_POLICY``).
+        pacer: a :class:`~smoothclient.Pacer` to share (default: its own).
+        rng: randomness for jitter.
+        sleep: how to wait (default ``time.sleep``).
+        **http_adapter_kwargs: passed to ``HTTPAdapter`` (``pool_connections``,
+            ``pool_maxsize``, ``pool_block``); ``max_retries`` is refused.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy | None = None,
+        pacer: PacerLike | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+        **http_adapter_kwargs: Any,
+    ) -> None:
+        """Create the adapter."""
+        if "max_retries" in http_adapter_kwargs:
+            msg = "SmoothAdapter retries by itself: pass policy=RetryPolicy(...), not max_retries"
+            raise TypeError(msg)
+        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS)
+        self._sleep = sleep
+        super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy."""
+        return self._core.policy
+
+    @property
+    def pacer(self) -> PacerLike:
+        """The pacer (shared with whichever transports and adapters were given it)."""
+        return self._core.pacer
+
+    #: What pickling keeps (requests pickles sessions with their adapters): the pacer comes
+    #: back empty with its settings, shared as before by the adapters that shared it.
+    __attrs__ = [*HTTPAdapter.__attrs__, "_core", "_sleep"]  # noqa: RUF012
+
+    def send(  # type: ignore[override]
+        self, request: requests.PreparedRequest, **kwargs: Any
+    ) -> requests.Response:
+        """Send ``request`` through the retry flow; return the last response."""
+        url = request.url or ""
+        replayable, rewind = _rewinder(request.body)
+
+        def attempt() -> requests.Response:
+            if rewind is not None:
+                rewind()
+            return super(SmoothAdapter, self).send(request, **kwargs)
+
+        def info() -> RequestInfo:
+            key = self._core.policy.idempotency_header
+            return RequestInfo(
+                request.method or "GET",
+                _path(url),
+                key is not None and key in request.headers,
+                replayable,
+            )
+
+        response, record = self._core.call(
+            _origin(url), info, attempt, _reply, _failure, _discard, self._sleep
+        )
+        response.smoothclient = record  # type: ignore[attr-defined]
+        return response

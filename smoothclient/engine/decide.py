@@ -1,0 +1,304 @@
+"""
+The sans-IO retry engine.
+
+:func:`decide` is a pure function of the policy, the call's state, the outcome of the last
+attempt, the cohort the pacer sees, the clock reading and an RNG.  It answers :class:`Retry`
+(wait ``delay`` seconds, drawn from ``window``) or :class:`GiveUp`.  The httpx transports, the
+requests adapter and the ``@retry`` decorator all drive this one function; only they sleep.
+
+The window is built in three steps (DESIGN.md):
+
+1. backoff: ``[low, high]`` from the jitter kind, the cap bounding it before sampling;
+2. shift: it starts no earlier than ``Retry-After``, an exhausted quota's reset, or the
+   pacer's gate, whichever is latest;
+3. widen: it is at least ``waiting / admitted_rate`` wide (the cohort over the rate the server
+   admits), and reaches the quota's reset when ``Retry-After`` comes earlier (R12).
+
+Then it is clamped: never beyond ``wait_max`` past its start, ``max_retry_after`` or the
+deadline.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+from ..hints.model import Hints
+from ..policy import RetryPolicy
+from .backoff import backoff_window, uniform
+
+__all__ = [
+    "CallState",
+    "CohortView",
+    "Decision",
+    "ErrorKind",
+    "GiveUp",
+    "Outcome",
+    "Retry",
+    "decide",
+    "ends_call",
+    "retryable_status",
+]
+
+ErrorKind = Literal["connect", "timeout", "read", "write", "protocol", "other", "result"]
+_NO_HINTS = Hints()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """
+    What the last attempt produced: a status with its hints, or an error.
+
+    ``sent`` is False only when the request certainly never reached the server (a refused
+    connection, a pool timeout); such a failure is safe to retry for any method.
+    """
+
+    status: int | None = None
+    hints: Hints = _NO_HINTS
+    error: ErrorKind | None = None
+    sent: bool = True
+
+    @classmethod
+    def from_status(cls, status: int, hints: Hints = _NO_HINTS) -> Outcome:
+        """An HTTP response."""
+        return cls(status=status, hints=hints)
+
+    @classmethod
+    def from_error(cls, kind: ErrorKind, *, sent: bool, hints: Hints = _NO_HINTS) -> Outcome:
+        """
+        An error of ``kind``; ``sent=False`` when it certainly was not sent.
+
+        ``hints.retry_after`` carries a delay the error itself asked for (``@retry``'s ``on``
+        predicate may return one); it shifts the window like ``Retry-After``.
+        """
+        return cls(error=kind, sent=sent, hints=hints)
+
+
+@dataclass(frozen=True, slots=True)
+class CallState:
+    """The logical call so far: which attempt just ended, when it started, what it waited."""
+
+    started: float
+    method: str = "GET"
+    has_idempotency_key: bool = False
+    idempotent: bool | None = None  # overrides the method rule (``@retry`` declares it)
+    replayable: bool = True
+    attempt: int = 1
+    previous_wait: float | None = None
+    total_wait: float = 0.0
+
+    def next(self, waited: float) -> CallState:
+        """The state after waiting ``waited`` seconds and starting the next attempt."""
+        return CallState(
+            self.started,
+            self.method,
+            self.has_idempotency_key,
+            self.idempotent,
+            self.replayable,
+            self.attempt + 1,
+            waited,
+            self.total_wait + waited,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CohortView:
+    """
+    What the pacer knows about the origin's cohort.
+
+    ``waiting`` requests (this one included) wait on the origin, which admits
+    ``admitted_rate`` req/s (``None`` when unknown) and is closed for ``opens_in`` more seconds.
+    ``paced`` means the pacer gives each request its own slot at the admitted rate: the core then
+    asks for the window's start and lets the pacer spread the cohort exactly.
+    """
+
+    waiting: int = 1
+    admitted_rate: float | None = None
+    opens_in: float = 0.0
+    paced: bool = False
+
+    @property
+    def width(self) -> float:
+        """The window the cohort needs so it arrives at the admitted rate."""
+        if not self.admitted_rate or self.admitted_rate <= 0:
+            return 0.0
+        return self.waiting / self.admitted_rate
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Wait ``delay`` seconds, then try again; ``window`` is where ``delay`` was drawn from."""
+
+    delay: float
+    reason: str
+    window: tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class GiveUp:
+    """
+    Stop: return the last response or raise the last error.  ``reason`` says why.
+
+    ``final`` is True when the outcome was not a failure worth retrying at all (a success, a
+    404): nothing was given up on.
+    """
+
+    reason: str
+    final: bool = False
+
+
+Decision = Retry | GiveUp
+
+
+def retryable_status(policy: RetryPolicy, status: int, hints: Hints) -> bool:
+    """Whether a response of ``status`` with ``hints`` is worth retrying at all (any method)."""
+    return (
+        status in policy.retry_statuses
+        or (hints.should_retry is True and status >= 400)
+        or (
+            status == 403
+            and policy.retry_forbidden_with_hints
+            and (hints.retry_after is not None or hints.exhausted)
+        )
+    )
+
+
+def ends_call(policy: RetryPolicy, status: int, hints: Hints) -> bool:
+    """
+    Whether a response ends the logical call whatever else is known about it.
+
+    A success does, and so does an error status no policy would retry (a 404, a 422) when
+    the server gave no verdict.  A 403 never does here: its JSON body may make it retryable
+    (Google's ``RetryInfo``), so :func:`decide` looks at it with the body read.
+    """
+    if status < 400:
+        return status not in policy.retry_statuses
+    return (
+        status != 403 and hints.should_retry is None and not retryable_status(policy, status, hints)
+    )
+
+
+def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | GiveUp:
+    """Why the outcome is worth retrying, or why not."""
+    idempotent = state.idempotent
+    if idempotent is None:
+        idempotent = policy.is_idempotent(
+            state.method, has_idempotency_key=state.has_idempotency_key
+        )
+    if outcome.error is not None:
+        if not policy.retry_on_errors:
+            return GiveUp(f"{outcome.error} error: errors are not retried")
+        if outcome.sent and not idempotent:
+            return GiveUp(f"{outcome.error} error: {state.method} may have been sent")
+        return f"{outcome.error} error"
+    status = outcome.status or 0
+    hints = outcome.hints
+    if hints.should_retry is False and status >= 400:
+        return GiveUp(f"status {status}: the server said not to retry")
+    if not retryable_status(policy, status, hints):
+        return GiveUp(f"status {status} is not retried", final=True)
+    if not idempotent:
+        return GiveUp(f"status {status}: {state.method} is not idempotent")
+    return f"status {status}"
+
+
+def _server_shift(policy: RetryPolicy, outcome: Outcome) -> tuple[float, float] | GiveUp:
+    """``(start, widen_to)``: the earliest retry the server allows, and its quota reset."""
+    hints = outcome.hints
+    if not policy.respect_retry_after:
+        return (0.0, 0.0)
+    retry_after = hints.retry_after or 0.0
+    reset = hints.reset_after if hints.exhausted and hints.reset_after is not None else 0.0
+    start = retry_after if hints.retry_after is not None else reset
+    limit = policy.max_retry_after
+    if limit is not None and start > limit:
+        return GiveUp(f"the server asks to wait {start:.3g} s, over max_retry_after {limit:g} s")
+    return (start, max(start, reset))
+
+
+def decide(
+    policy: RetryPolicy,
+    state: CallState,
+    outcome: Outcome,
+    *,
+    now: float,
+    rng: random.Random,
+    cohort: CohortView | None = None,
+    budget_ok: bool = True,
+) -> Decision:
+    """
+    Decide whether and when the logical call tries again.
+
+    Args:
+        policy: the retry policy.
+        state: the call so far (``state.attempt`` attempts have been made).
+        outcome: what the last attempt produced.
+        now: the current clock reading (same clock as ``state.started``).
+        rng: randomness for the jitter draw.
+        cohort: what the pacer sees of the origin (default: alone, rate unknown, open).
+        budget_ok: False when the retry budget has no room left.
+    """
+    why = _classify(policy, state, outcome)
+    if isinstance(why, GiveUp):
+        return why
+    if state.attempt >= policy.attempts:
+        return GiveUp(f"{why}: {policy.attempts} attempts used")
+    if not state.replayable:
+        return GiveUp(f"{why}: the request body cannot be replayed")
+    if not budget_ok:
+        return GiveUp(f"{why}: the retry budget is spent")
+    shift = _server_shift(policy, outcome)
+    if isinstance(shift, GiveUp):
+        return shift
+    view = cohort or CohortView()
+    window = _window(policy, state, shift, view)
+    return _fit_deadline(policy, state, why, window, now, rng, paced=view.paced)
+
+
+def _window(
+    policy: RetryPolicy,
+    state: CallState,
+    shift: tuple[float, float],
+    cohort: CohortView,
+) -> tuple[float, float]:
+    low, high = backoff_window(
+        policy.jitter,
+        state.attempt,
+        initial=policy.wait_initial,
+        maximum=policy.wait_max,
+        base=policy.wait_exp_base,
+        previous=state.previous_wait,
+    )
+    server_start, widen_to = shift
+    base = max(server_start, cohort.opens_in)
+    start = base + low
+    width = max(high - low, cohort.width, widen_to - start)
+    end = min(start + width, max(start, base + policy.wait_max))
+    if policy.max_retry_after is not None:
+        end = min(end, max(start, policy.max_retry_after))
+    return (start, end)
+
+
+def _fit_deadline(
+    policy: RetryPolicy,
+    state: CallState,
+    why: str,
+    window: tuple[float, float],
+    now: float,
+    rng: random.Random,
+    *,
+    paced: bool,
+) -> Decision:
+    start, end = window
+    if policy.timeout is not None:
+        deadline = state.started + policy.timeout
+        left = deadline - now
+        while left > 0 and now + left > deadline:  # float rounding must not pass the deadline
+            left = math.nextafter(left, 0.0)
+        if start > left:
+            return GiveUp(f"{why}: the next try at {start:.3g} s would pass the deadline")
+        end = min(end, left)
+    delay = start if paced else uniform(start, end, rng)
+    return Retry(delay, why, (start, end))

@@ -1,0 +1,197 @@
+"""
+Which header fields can carry a hint, and getting them out of any header container.
+
+Servers send the same few field names on every response, so the names seen are remembered
+(bounded, and never a long one): after the first few responses, "does this response carry any
+hint?" is one C-level set comparison over its names.
+
+A container is read through a :class:`FieldAccess` (how to list its names, and its
+``(name, value)`` pairs).  :data:`GENERIC` reads mappings (``dict``, requests'
+``CaseInsensitiveDict``, ``httpx.Headers``), objects with ``multi_items()`` and lists of pairs;
+an edge that knows its library's container passes a faster access of its own.  Nothing here
+knows httpx or requests.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CONTEXT_FIELDS",
+    "GENERIC",
+    "MAX_NAME",
+    "MAX_VALUE",
+    "QUOTA_PREFIXES",
+    "RETRY_AFTER_FIELDS",
+    "SHOULD_RETRY_FIELDS",
+    "TIMING_FIELDS",
+    "FieldAccess",
+    "KnownNames",
+    "collect",
+    "is_relevant",
+    "scan",
+    "text",
+]
+
+log = logging.getLogger("smoothclient.hints")
+
+SHOULD_RETRY_FIELDS = ("stripe-should-retry", "x-should-retry")
+RETRY_AFTER_FIELDS = (
+    "retry-after",
+    "retry-after-ms",
+    "x-ms-retry-after-ms",
+    "x-ratelimit-retry-after",
+)
+TIMING_FIELDS = frozenset(RETRY_AFTER_FIELDS + SHOULD_RETRY_FIELDS)
+#: Read for context, not hints: the server's clock (R8) and a cache's age (R14).
+CONTEXT_FIELDS = frozenset({"date", "age"})
+#: Every quota field starts with one of these (each header family lists its own in ``read``).
+QUOTA_PREFIXES = (
+    "ratelimit",
+    "x-ratelimit-",
+    "x-rate-limit",
+    "anthropic-ratelimit-",
+    "x-shopify-shop-api-call-limit",
+    "sforce-limit-info",
+    "x-hubspot-ratelimit-",
+    "x-ms-ratelimit-",
+    "zendesk-ratelimit-",
+)
+#: No hint field has a longer name; longer names are neither read nor remembered.
+MAX_NAME = 128
+#: Longer values are ignored (logged): parsing a hostile header costs at most this much.
+MAX_VALUE = 4096
+
+
+def text(value: object) -> str:
+    """A header name or value as ``str`` (bytes are latin-1, as HTTP fields are)."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("latin-1")
+    return str(value)
+
+
+def is_relevant(name: str) -> bool:
+    """Whether a lowercased field name can carry a hint."""
+    return name in TIMING_FIELDS or name.startswith(QUOTA_PREFIXES)
+
+
+def _field_of(name: object) -> str | None:
+    """The lowercased field ``name`` is read as, or ``None`` when it carries nothing we read."""
+    if isinstance(name, bytes | bytearray | str) and len(name) > MAX_NAME:
+        return None
+    key = text(name).strip().lower()
+    return key if key in CONTEXT_FIELDS or is_relevant(key) else None
+
+
+@dataclass(frozen=True, slots=True)
+class FieldAccess:
+    """How to read one kind of header container: its names, and its ``(name, value)`` pairs."""
+
+    names: Callable[[Any], Iterable[object]]
+    pairs: Callable[[Any], Iterable[tuple[object, object]]]
+
+
+def _generic_pairs(headers: Any) -> Iterable[tuple[object, object]]:
+    multi = getattr(headers, "multi_items", None)
+    if callable(multi):
+        pairs: Iterable[tuple[object, object]] = multi()
+        return pairs
+    if isinstance(headers, Mapping):
+        return headers.items()
+    result: Iterable[tuple[object, object]] = headers
+    return result
+
+
+def _generic_names(headers: Any) -> Iterable[object]:
+    if isinstance(headers, Mapping):
+        return headers.keys()
+    if isinstance(headers, list | tuple):
+        return [name for name, _ in headers]
+    raise TypeError("an iterator of pairs: scanning it would consume it")
+
+
+#: Mappings, ``multi_items()`` containers and lists of pairs.
+GENERIC = FieldAccess(_generic_names, _generic_pairs)
+
+
+class KnownNames:
+    """
+    Field names seen to carry no hint (and those seen to), exactly as containers give them.
+
+    Bounded: past ``limit`` names it stops learning (later scans take the exact path for
+    unknown names, still correct), and names longer than :data:`MAX_NAME` are never kept.
+    """
+
+    __slots__ = ("_no", "_yes", "fields", "limit")
+
+    def __init__(self, limit: int = 1024) -> None:
+        """Remember at most ``limit`` names of each kind."""
+        #: name as a container gives it -> the lowercased field it is read as, or None
+        self.fields: dict[object, str | None] = {}
+        self._no: set[object] = set()
+        self._yes: set[object] = set()
+        self.limit = limit
+
+    def learn(self, name: object) -> str | None:
+        """The field ``name`` is read as (``None``: not read), remembered when short."""
+        found = _field_of(name)
+        if len(self.fields) < self.limit and type(name) in (str, bytes) and len(name) <= MAX_NAME:  # type: ignore[arg-type]
+            self.fields[name] = found
+        return found
+
+    def scan(self, headers: Any, names: Callable[[Any], Iterable[object]]) -> bool:
+        """Whether any name of ``headers`` (listed by ``names``) may carry a hint."""
+        if self._no.issuperset(names(headers)):
+            return False
+        if not self._yes.isdisjoint(names(headers)):
+            return True
+        relevant = False
+        for name in names(headers):
+            field = self.learn(name)
+            known = self._yes if field is not None and field not in CONTEXT_FIELDS else self._no
+            relevant = relevant or known is self._yes
+            if len(known) < self.limit and not (
+                isinstance(name, str | bytes) and len(name) > MAX_NAME
+            ):
+                known.add(name)
+        return relevant
+
+
+_KNOWN = KnownNames()
+_UNSEEN = "\0"  # a name not learned yet (no field is called that)
+
+
+def scan(headers: Any, access: FieldAccess = GENERIC) -> bool:
+    """
+    Cheaply: could ``headers`` hold any hint?  (Only the names are looked at.)
+
+    ``False`` means reading them would find nothing; an unscannable container says ``True``.
+    """
+    try:
+        return _KNOWN.scan(headers, access.names)
+    except Exception:  # an iterator, unhashable names, an odd container: read it instead
+        return True
+
+
+def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]:
+    """The fields hints are read from (relevant names, ``Date``, ``Age``), lowercased."""
+    fields: dict[str, list[str]] = {}
+    known, learn = _KNOWN.fields, _KNOWN.learn
+    for name, value in access.pairs(headers):
+        try:
+            key = known.get(name, _UNSEEN)
+        except TypeError:  # an unhashable name in a list of pairs
+            key = _UNSEEN
+        if key is _UNSEEN:
+            key = learn(name)
+        if key is None:
+            continue
+        value_text = text(value)
+        if len(value_text) > MAX_VALUE:
+            log.debug("ignoring %s: its value is over %d characters", key, MAX_VALUE)
+            continue
+        fields.setdefault(key, []).append(value_text.strip(" \t"))
+    return fields

@@ -1,0 +1,171 @@
+"""
+:func:`read_hints`: any response's headers -> :class:`Hints`, following HEADERS.md (R1-R15).
+
+Each header family lives in a module of its own (``timing``, ``ietf``, ``xratelimit``,
+``vendors``); this module runs those a response's field names call for, and picks the binding
+quota (the one closest to exhaustion).  It never raises on header content: anything unusable
+becomes ``None`` and is logged at debug level on the ``smoothclient.hints`` logger.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from . import fields as _fields
+from .context import Ctx
+from .fields import GENERIC, FieldAccess, collect
+from .ietf import ietf, legacy_ietf
+from .model import HeadersLike, Hints, Quota, ResetFormat
+from .numbers import parse_number
+from .timing import retry_after, should_retry
+from .vendors import vendors
+from .xratelimit import dimensioned, x_rate_limit, x_ratelimit
+
+__all__ = ["EXTRACTORS", "has_hints", "read_fields", "read_hints"]
+
+log = logging.getLogger("smoothclient.hints")
+
+Extractor = Callable[[Ctx], Iterator[Quota]]
+#: Each header family with the field-name prefixes that make it worth running: most responses
+#: carry none of them, and reading hints must cost next to nothing on a healthy origin.
+EXTRACTORS: tuple[tuple[Extractor, tuple[str, ...]], ...] = (
+    (ietf, ("ratelimit",)),
+    (legacy_ietf, ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")),
+    (x_ratelimit, ("x-ratelimit-",)),
+    (x_rate_limit, ("x-rate-limit",)),
+    (dimensioned, ("x-ratelimit-", "x-rate-limit-", "anthropic-ratelimit-")),
+    (
+        vendors,
+        (
+            "x-shopify-shop-api-call-limit",
+            "sforce-limit-info",
+            "x-hubspot-ratelimit-",
+            "x-ms-ratelimit-",
+            "zendesk-ratelimit-",
+        ),
+    ),
+)
+_EMPTY = Hints()
+
+
+def _binding(quotas: list[Quota]) -> Quota | None:
+    """R10: the quota closest to exhaustion (smallest remaining/limit ratio)."""
+    if len(quotas) == 1:  # the common case
+        q = quotas[0]
+        found = q.remaining is not None or q.limit is not None or q.reset_after is not None
+        return q if found else None
+    known = [q for q in quotas if q.remaining is not None]
+    if not known:
+        return next((q for q in quotas if q.limit is not None or q.reset_after is not None), None)
+
+    def key(q: Quota) -> tuple[bool, bool, float, float, bool]:
+        remaining = q.remaining if q.remaining is not None else 0.0
+        limited = q.limit is not None and q.limit > 0
+        ratio = remaining / q.limit if limited and q.limit else remaining
+        return (remaining > 0, not limited, ratio, remaining, q.reset_after is None)
+
+    return min(known, key=key)
+
+
+def _from_cache(ctx: Ctx) -> bool:
+    """R14: rate-limit fields on a response served from a cache (positive Age) are stale."""
+    if "age" not in ctx.fields:
+        return False
+    ages = [parse_number(v) for v in ctx.raw("age")]
+    return any(a is not None and a > 0 for a in ages)
+
+
+def _safely(what: str, fn: Callable[[Any], Any], arg: Any, default: Any) -> Any:
+    try:
+        return fn(arg)
+    except Exception:  # never crash on server input
+        log.debug("could not read %s hints; ignoring them", what, exc_info=True)
+        return default
+
+
+@functools.lru_cache(maxsize=256)
+def _extractors_for(names: tuple[str, ...]) -> tuple[Extractor, ...]:
+    """The extractors worth running on these field names (a server sends the same ones)."""
+    return tuple(
+        extract
+        for extract, prefixes in EXTRACTORS
+        if any(name.startswith(prefixes) for name in names)
+    )
+
+
+def _gather_quotas(ctx: Ctx) -> list[Quota]:
+    quotas: list[Quota] = []
+    for extract in _extractors_for(ctx.names):
+        try:
+            quotas.extend(extract(ctx))
+        except Exception:  # never crash on server input
+            log.debug("could not read %s hints; ignoring them", extract.__name__, exc_info=True)
+    return quotas
+
+
+def has_hints(headers: HeadersLike, access: FieldAccess = GENERIC) -> bool:
+    """
+    Cheaply: could these headers hold any hint?  (Only the names are looked at.)
+
+    ``False`` means :func:`read_hints` would return empty :class:`Hints`.
+    """
+    return _fields.scan(headers, access)
+
+
+def read_fields(
+    headers: Any,
+    access: FieldAccess = GENERIC,
+    *,
+    now: float | None = None,
+    reset_format: ResetFormat = "auto",
+) -> Hints:
+    """:func:`read_hints` of a container read through ``access`` (the edges' fast path)."""
+    if not _fields.scan(headers, access):
+        return _EMPTY  # the common case: nothing to read
+    found = _safely("header", lambda h: collect(h, access), headers, None)
+    if not found:
+        return _EMPTY
+    ctx = Ctx(found, time.time() if now is None else float(now), reset_format)
+    delay = _safely("Retry-After", retry_after, ctx, None)
+    verdict = _safely("should-retry", should_retry, ctx, None)
+    quotas = [] if _from_cache(ctx) else _gather_quotas(ctx)
+    bound = _binding(quotas)
+    if bound is None:
+        return Hints(retry_after=delay, should_retry=verdict, quotas=tuple(quotas))
+    return Hints(
+        retry_after=delay,
+        remaining=bound.remaining,
+        limit=bound.limit,
+        window=bound.window,
+        reset_after=bound.reset_after,
+        should_retry=verdict,
+        unit=bound.unit,
+        quotas=tuple(quotas),
+    )
+
+
+def read_hints(
+    headers: HeadersLike,
+    *,
+    now: float | None = None,
+    reset_format: ResetFormat = "auto",
+) -> Hints:
+    """
+    Read ``Retry-After`` and rate-limit headers into :class:`Hints`.
+
+    Args:
+        headers: any mapping (``dict``, ``httpx.Headers``, requests' case-insensitive dict) or an
+            iterable of ``(name, value)`` pairs in which a name may repeat.
+        now: the current time in epoch seconds (default ``time.time()``); all results are
+            seconds relative to it.
+        reset_format: how to read numeric ``*-Reset`` values: ``"auto"`` decides by magnitude
+            (below 1e9 delta seconds, below 1e12 epoch seconds, else epoch milliseconds);
+            the other values force one reading, for servers that document an exception.
+
+    Never raises on any header content.
+    """
+    return read_fields(headers, GENERIC, now=now, reset_format=reset_format)

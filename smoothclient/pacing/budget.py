@@ -1,0 +1,52 @@
+"""
+Retry budgets as plain counts: requests and retries per second over a sliding window.
+
+Pure: no lock, no clock; the store that holds the counts applies :func:`try_retry` (check
+and take in one step) under its own lock, or as one server-side script.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..policy import RetryBudget
+
+__all__ = ["BudgetCounts"]
+
+
+@dataclass(slots=True)
+class BudgetCounts:
+    """Counts of attempts and retries in one-second buckets over ``budget.window`` seconds."""
+
+    budget: RetryBudget
+    buckets: deque[list[float]] = field(default_factory=deque)
+
+    def _bucket(self, now: float) -> list[float]:
+        second = math.floor(now)
+        horizon = second - self.budget.window
+        while self.buckets and self.buckets[0][0] <= horizon:
+            self.buckets.popleft()
+        if not self.buckets or self.buckets[-1][0] != second:
+            self.buckets.append([second, 0.0, 0.0])
+        return self.buckets[-1]
+
+    def record_request(self, now: float) -> None:
+        """Count one attempt (first tries and retries alike)."""
+        self._bucket(now)[1] += 1
+
+    def has_room(self, now: float) -> bool:
+        """Whether one more retry fits the budget now."""
+        self._bucket(now)
+        requests = sum(b[1] for b in self.buckets)
+        retries = sum(b[2] for b in self.buckets)
+        budget = self.budget
+        return retries + 1 <= budget.ratio * requests + budget.min_per_second * budget.window
+
+    def try_retry(self, now: float) -> bool:
+        """Take room for one retry if the budget has it; return whether it did."""
+        if not self.has_room(now):
+            return False
+        self._bucket(now)[2] += 1
+        return True

@@ -1,0 +1,188 @@
+"""
+The store seam: where pacing state lives, behind a small protocol of atomic operations.
+
+A :class:`Store` hands out one :class:`Tracker` per key (an origin today); every method of a
+tracker is one atomic step on that key's state: the transitions of :mod:`.state`, applied
+under the key's lock in memory, or as one server-side script in a shared store.  The edges
+and the call flow talk to trackers only, so a new store (Redis, ...) slots in here without
+touching them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol, runtime_checkable
+
+from ..engine.decide import CohortView
+from ..hints.model import Hints
+from ..policy import RetryBudget
+from . import state as st
+from .keys import LruMap
+from .state import Admission, OriginState, OriginView, Settings
+
+__all__ = ["MemoryStore", "MemoryTracker", "Store", "Tracker"]
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Atomic operations on one key's pacing state (every ``now`` on the pacer's clock)."""
+
+    def healthy(self, now: float) -> bool:
+        """Whether a request needs no admission at all (a cheap, lock-free read)."""
+
+    def try_now(self, now: float) -> bool:
+        """Admit one request at once if a slot is free now (counted in flight)."""
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        """Reserve a slot no earlier than ``not_before`` (counted waiting if granted)."""
+
+    def sent(self) -> None:
+        """An admitted request is now on the wire."""
+
+    def cancel(self) -> None:
+        """An admitted request will not be sent."""
+
+    def adopt(self) -> None:
+        """Count a request sent on the fast lane as in flight."""
+
+    def failed(self) -> None:
+        """A request on the wire ended without a response."""
+
+    def note_success(self, now: float) -> None:
+        """A plain success on a healthy key (the fast lane's only bookkeeping)."""
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> None:
+        """Learn from one response."""
+
+    def cohort(self, now: float) -> CohortView:
+        """What the retry engine needs to know of the cohort."""
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> None:
+        """Count one attempt toward ``budget``."""
+
+    def try_retry(self, budget: RetryBudget, now: float) -> bool:
+        """Take room for one retry from ``budget`` if it has it (check and take at once)."""
+
+    def view(self, now: float) -> OriginView:
+        """A snapshot, for monitoring."""
+
+
+class Store(Protocol):
+    """Where the trackers' state lives."""
+
+    def tracker(self, key: str) -> Tracker:
+        """The tracker of ``key`` (state made if missing), marked recently used."""
+
+    def peek(self, key: str) -> Tracker | None:
+        """The tracker of ``key`` if its state exists; cheap, for the fast lane."""
+
+    def keys(self) -> list[str]:
+        """The keys whose state is kept, least recently used first."""
+
+
+class MemoryTracker:
+    """A :class:`Tracker` over state in this process, guarded by a lock of its own."""
+
+    __slots__ = ("key", "lock", "settings", "state")
+
+    def __init__(self, key: str, settings: Settings) -> None:
+        """Fresh state for ``key``."""
+        self.key = key
+        self.settings = settings
+        self.state = OriginState()
+        self.lock = threading.Lock()
+
+    def healthy(self, now: float) -> bool:
+        return st.healthy(self.state, now)
+
+    def try_now(self, now: float) -> bool:
+        with self.lock:
+            return st.try_now(self.state, self.settings, now)
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        with self.lock:
+            return st.acquire(self.state, self.settings, now, not_before, deadline)
+
+    def sent(self) -> None:
+        with self.lock:
+            self.state.waiting = max(0, self.state.waiting - 1)
+            self.state.in_flight += 1
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.state.waiting = max(0, self.state.waiting - 1)
+
+    def adopt(self) -> None:
+        with self.lock:
+            self.state.in_flight += 1
+
+    def failed(self) -> None:
+        with self.lock:
+            self.state.in_flight = max(0, self.state.in_flight - 1)
+            self.state.known = True
+
+    def note_success(self, now: float) -> None:
+        self.state.succeeded(now)  # lock-free: see OriginState.succeeded
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> None:
+        with self.lock:
+            st.observe(
+                self.state, self.settings, status, hints, now, sent_at=sent_at, counted=counted
+            )
+
+    def cohort(self, now: float) -> CohortView:
+        with self.lock:
+            return st.cohort(self.state, now)
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> None:
+        with self.lock:
+            self.state.budget(budget).record_request(now)
+
+    def try_retry(self, budget: RetryBudget, now: float) -> bool:
+        with self.lock:
+            return self.state.budget(budget).try_retry(now)
+
+    def view(self, now: float) -> OriginView:
+        with self.lock:
+            return st.view(self.key, self.state, now)
+
+
+class MemoryStore:
+    """The default store: state in this process, shared by its threads and event loops."""
+
+    __slots__ = ("_map",)
+
+    def __init__(self, settings: Settings, *, max_keys: int = 1024) -> None:
+        """Keep the state of at most ``max_keys`` keys (least recently used forgotten)."""
+        self._map: LruMap[str, MemoryTracker] = LruMap(
+            max_keys, lambda key: MemoryTracker(key, settings)
+        )
+
+    def tracker(self, key: str) -> MemoryTracker:
+        return self._map.get(key)
+
+    def peek(self, key: str) -> MemoryTracker | None:
+        return self._map.peek(key)
+
+    def keys(self) -> list[str]:
+        return self._map.keys()

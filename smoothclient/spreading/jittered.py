@@ -1,0 +1,190 @@
+"""``@jittered``: wait a uniform random delay before each call, or schedule it with ``.later()``."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import inspect
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import wrapt
+
+from .._validate import positive_int, seconds
+from ._aio import async_sleep
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["Scheduler", "jittered"]
+
+
+class Scheduler:
+    """
+    Runs sync calls at given times with one timer thread and a small worker pool.
+
+    However many calls are pending, they cost heap entries, not threads.
+    """
+
+    def __init__(self, *, workers: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
+        """Create an idle scheduler; its threads start on first use."""
+        self._workers = positive_int("workers", workers)
+        self._clock = clock
+        self._heap: list[tuple[float, int, Future[Any], Callable[[], Any]]] = []
+        self._counter = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def call_at(self, when: float, fn: Callable[[], Any]) -> Future[Any]:
+        """Run ``fn`` at ``when`` (on this scheduler's clock); the future has its result."""
+        future: Future[Any] = Future()
+        with self._cond:
+            if self._closed:
+                msg = "the scheduler is shut down"
+                raise RuntimeError(msg)
+            heapq.heappush(self._heap, (when, next(self._counter), future, fn))
+            if self._thread is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="smoothclient")
+                self._thread = threading.Thread(
+                    target=self._loop, name="smoothclient-scheduler", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+        return future
+
+    def pending(self) -> int:
+        """Calls waiting for their time."""
+        with self._cond:
+            return len(self._heap)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._heap or self._heap[0][0] > self._clock()):
+                    timeout = self._heap[0][0] - self._clock() if self._heap else None
+                    self._cond.wait(timeout)
+                if self._closed:
+                    return
+                _, _, future, fn = heapq.heappop(self._heap)
+            if future.set_running_or_notify_cancel():
+                assert self._pool is not None
+                self._pool.submit(_run_into, future, fn)
+
+    def shutdown(self) -> None:
+        """Cancel what is pending and stop the threads."""
+        with self._cond:
+            self._closed = True
+            pending, self._heap = self._heap, []
+            self._cond.notify()
+        for _, _, future, _ in pending:
+            future.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+
+def _run_into(future: Future[Any], fn: Callable[[], Any]) -> None:
+    try:
+        future.set_result(fn())
+    except BaseException as exc:
+        future.set_exception(exc)
+
+
+_default_scheduler: Scheduler | None = None
+_default_lock = threading.Lock()
+
+
+def _scheduler() -> Scheduler:
+    global _default_scheduler
+    with _default_lock:
+        if _default_scheduler is None:
+            _default_scheduler = Scheduler()
+        return _default_scheduler
+
+
+class _JitteredBound(wrapt.BoundFunctionWrapper[Any, Any]):
+    def later(self, *args: Any, **kwargs: Any) -> Any:
+        """Schedule the bound call after a jittered delay without blocking."""
+        parent: _JitteredFunction = self._self_parent
+        return parent._later(self.__wrapped__, args, kwargs)
+
+
+class _JitteredFunction(wrapt.FunctionWrapper[Any, Any]):
+    __bound_function_wrapper__ = _JitteredBound
+    _self_draw: Callable[[], float]
+    _self_scheduler: Scheduler | None
+    _self_tasks: set[asyncio.Task[Any]]  # until done: the loop keeps only weak references
+
+    def later(self, *args: Any, **kwargs: Any) -> Any:
+        """Schedule the call after a jittered delay without blocking the caller."""
+        return self._later(self.__wrapped__, args, kwargs)
+
+    def _later(self, target: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        delay = self._self_draw()
+        if inspect.iscoroutinefunction(target):
+
+            async def run() -> Any:
+                await async_sleep(delay)
+                return await target(*args, **kwargs)
+
+            task = asyncio.get_running_loop().create_task(run())
+            self._self_tasks.add(task)  # a caller may drop it (fire and forget): keep it alive
+            task.add_done_callback(self._self_tasks.discard)
+            return task
+        scheduler: Scheduler = self._self_scheduler or _scheduler()
+        return scheduler.call_at(scheduler._clock() + delay, lambda: target(*args, **kwargs))
+
+
+def jittered(
+    max_wait: float,
+    min_wait: float = 0.0,
+    *,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Any] | None = None,
+    scheduler: Scheduler | None = None,
+) -> Callable[[F], F]:
+    """
+    Wait a uniform random delay in ``[min_wait, max_wait)`` before each call.
+
+    ``fn.later(*args, **kwargs)`` schedules the call after such a delay without blocking: a
+    :class:`concurrent.futures.Future` from a :class:`Scheduler` (one timer thread) for sync
+    functions, an :class:`asyncio.Task` on the running loop for async ones.  Both have
+    ``cancel()`` and the result.
+    """
+    hi = seconds("max_wait", max_wait)
+    lo = seconds("min_wait", min_wait)
+    if lo > hi:
+        msg = f"min_wait ({lo}) must not exceed max_wait ({hi})"
+        raise ValueError(msg)
+    generator = rng or random.Random()
+
+    def draw() -> float:
+        return lo + (hi - lo) * generator.random()
+
+    def decorate(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                await (sleep or async_sleep)(draw())
+                return await wrapped(*args, **kwargs)
+
+            wrapper: Callable[..., Any] = async_wrapper
+        else:
+
+            def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                (sleep or time.sleep)(draw())
+                return wrapped(*args, **kwargs)
+
+            wrapper = sync_wrapper
+        result = _JitteredFunction(fn, wrapper)
+        result._self_draw = draw
+        result._self_scheduler = scheduler
+        result._self_tasks = set()
+        return result  # type: ignore[return-value]
+
+    return decorate

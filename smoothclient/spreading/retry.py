@@ -1,0 +1,256 @@
+"""
+``@retry``: the transports' policy, backoff, deadline and budget for any function.
+
+Sync or async functions and methods alike.
+
+The loop asks the engine (:func:`~smoothclient.engine.decide.decide`) what to do after each
+failure, exactly as the HTTP edges do; there is nothing to pace, so no pacer is involved.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import wrapt
+
+from .. import testing
+from ..edges.flow import announce
+from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide
+from ..events import CallRecord
+from ..hints.model import Hints
+from ..pacing.budget import BudgetCounts
+from ..policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
+from ._aio import async_sleep
+
+__all__ = ["retry"]
+
+log = logging.getLogger("smoothclient")
+F = TypeVar("F", bound=Callable[..., Any])
+OnError = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], Any]
+_NO_HINTS = Hints()
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """An exception worth retrying, and the delay it asked for (if any)."""
+
+    kind: ErrorKind
+    exception: Exception
+    retry_after: float | None = None
+
+
+class _RetryResult(Exception):
+    """Carries a result the ``on_result`` predicate wants retried."""
+
+    def __init__(self, result: Any, delay: float | None) -> None:
+        super().__init__("the result asked for a retry")
+        self.result = result
+        self.delay = delay
+
+
+def _verdict(value: Any) -> tuple[bool, float | None]:
+    """A predicate's answer: False/None = no; True = yes; a number = yes, after that long."""
+    if value is None or value is False:
+        return False, None
+    if isinstance(value, bool):
+        return True, None
+    if isinstance(value, int | float):
+        return True, max(0.0, float(value))
+    return True, None
+
+
+def _error_classifier(on: OnError) -> Callable[[Exception], _Failure | None]:
+    candidates: tuple[Any, ...] = on if isinstance(on, tuple) else (on,)
+    is_types = all(isinstance(t, type) and issubclass(t, BaseException) for t in candidates)
+    types: tuple[type[BaseException], ...] = candidates if is_types else ()
+
+    def failure_of(exc: Exception) -> _Failure | None:
+        if isinstance(exc, _RetryResult):
+            return _Failure("result", exc, exc.delay)
+        if is_types:
+            retry, delay = isinstance(exc, types), None
+        else:
+            retry, delay = _verdict(on(exc))  # type: ignore[operator]
+        return _Failure("other", exc, delay) if retry else None
+
+    return failure_of
+
+
+class _Budget:
+    """A decorated function's retry budget (its calls share it, across threads)."""
+
+    def __init__(self, budget: RetryBudget) -> None:
+        self.counts = BudgetCounts(budget)
+        self.lock = threading.Lock()
+
+    def attempt(self, now: float) -> None:
+        with self.lock:
+            self.counts.record_request(now)
+
+    def try_retry(self, now: float) -> bool:
+        with self.lock:
+            return self.counts.try_retry(now)
+
+
+class _Run:
+    """One call of a decorated function: its state between attempts."""
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        name: str,
+        idempotent: bool,
+        rng: random.Random,
+        clock: Callable[[], float],
+        budget: _Budget | None,
+        failure_of: Callable[[Exception], _Failure | None],
+    ) -> None:
+        mode = testing.current()
+        if mode is not None:
+            policy = policy.replace(attempts=min(policy.attempts, mode.attempts))
+        self.no_wait = mode is not None
+        self.policy, self.name, self.rng, self.clock = policy, name, rng, clock
+        self.budget, self.failure_of = budget, failure_of
+        self.state = CallState(clock(), name, idempotent=idempotent)
+        self.record = CallRecord()
+
+    def attempt(self) -> None:
+        """An attempt starts."""
+        self.record.attempts += 1
+        if self.budget is not None:
+            self.budget.attempt(self.clock())
+
+    def failed(self, exc: Exception) -> float | None:
+        """Seconds to wait before the next attempt, or ``None``: give up."""
+        failure = self.failure_of(exc)
+        if failure is None:
+            return None
+        now = self.clock()
+        hints = _NO_HINTS if failure.retry_after is None else Hints(retry_after=failure.retry_after)
+        outcome = Outcome.from_error(failure.kind, sent=True, hints=hints)
+        decision = decide(self.policy, self.state, outcome, now=now, rng=self.rng)
+        if isinstance(decision, Retry) and self.budget and not self.budget.try_retry(now):
+            decision = GiveUp(f"{decision.reason}: the retry budget is spent")
+        if isinstance(decision, GiveUp):
+            self.record.gave_up = decision.reason
+            log.debug("%s: giving up: %s", self.name, decision.reason)
+            return None
+        error = None if isinstance(exc, _RetryResult) else exc
+        announce(self.policy, self.record, self.name, self.name, self.state, decision, None, error)
+        self.state = self.state.next(decision.delay)
+        self.record.waits.append(decision.delay)
+        return 0.0 if self.no_wait else decision.delay
+
+    def give_up(self, exc: Exception) -> Any:
+        """The last result (a result that asked for a retry), or the last error raised."""
+        if isinstance(exc, _RetryResult):
+            return exc.result
+        raise self.record.attach_to(exc)
+
+
+def retry(
+    on: OnError = Exception,
+    *,
+    on_result: Callable[[Any], Any] | None = None,
+    policy: RetryPolicy | None = None,
+    idempotent: bool = True,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    **policy_changes: Any,
+) -> Callable[[F], F]:
+    """
+    Retry a function with the transports' policy, backoff, deadline and budget.
+
+    Args:
+        on: exception types to retry, or a predicate over the exception returning False (do not
+            retry), True (retry) or a delay in seconds (retry no earlier: it *shifts* the window
+            like ``Retry-After``, e.g. a delay read from an API's error).
+        on_result: a predicate over the return value, with the same answers.
+        policy: a :class:`~smoothclient.RetryPolicy` (default ``DEFAULT_POLICY``); any other
+            keyword (``attempts=3, timeout=10``...) replaces a field of it.
+        idempotent: False makes every failure final (nothing is retried after it may have run).
+        rng: randomness for the jitter.
+        sleep: a sync (or, for async functions, async) sleep; tests pass a fake clock's.
+        clock: the monotonic clock the deadline is measured on (a fake one goes with a fake
+            ``sleep``).
+        **policy_changes: fields of :class:`~smoothclient.RetryPolicy` to replace.
+
+    When retries run out the last exception is re-raised, or the last result returned.
+    """
+    base = policy or DEFAULT_POLICY
+    effective = base.replace(**policy_changes) if policy_changes else base
+    failure_of = _error_classifier(on)
+    generator = rng or random.Random()
+
+    budget = None if effective.budget is None else _Budget(effective.budget)
+
+    def decorate(fn: F) -> F:
+        _check_decoratable(fn)
+        name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+
+        def run() -> _Run:
+            return _Run(effective, name, idempotent, generator, clock, budget, failure_of)
+
+        def checked(result: Any) -> Any:
+            if on_result is not None:
+                again, delay = _verdict(on_result(result))
+                if again:
+                    raise _RetryResult(result, delay)
+            return result
+
+        if inspect.iscoroutinefunction(fn):
+            pause = sleep or async_sleep
+
+            @wrapt.decorator
+            async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                state = run()
+                while True:
+                    state.attempt()
+                    try:
+                        return checked(await wrapped(*args, **kwargs))
+                    except Exception as exc:
+                        delay = state.failed(exc)
+                        if delay is None:
+                            return state.give_up(exc)
+                    await pause(delay)
+
+            return async_wrapper(fn)  # type: ignore[return-value]
+
+        wait = sleep or time.sleep
+
+        @wrapt.decorator
+        def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            state = run()
+            while True:
+                state.attempt()
+                try:
+                    return checked(wrapped(*args, **kwargs))
+                except Exception as exc:
+                    delay = state.failed(exc)
+                    if delay is None:
+                        return state.give_up(exc)
+                wait(delay)
+
+        return sync_wrapper(fn)  # type: ignore[return-value]
+
+    return decorate
+
+
+def _check_decoratable(fn: Any) -> None:
+    """Refuse what ``@retry`` cannot retry: a generator's body runs after the call returns."""
+    target = fn.__func__ if isinstance(fn, classmethod | staticmethod) else fn
+    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        msg = "@retry cannot retry a generator (its body runs while it is iterated, after the call)"
+        raise TypeError(msg)
+    if isinstance(fn, classmethod | staticmethod):
+        kind = type(fn).__name__
+        msg = f"put @retry below @{kind}, not above it (it must wrap the function itself)"
+        raise TypeError(msg)

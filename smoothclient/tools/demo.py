@@ -1,0 +1,180 @@
+"""
+``smoothclient demo``: the same herd twice against a local rate-limited server.
+
+A typical retry setup (exponential backoff that sleeps exactly ``Retry-After``, as common
+libraries do) against smoothclient's :class:`~smoothclient.AsyncSmoothTransport`.  Nothing to
+install or start by hand: the server runs in-process on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .server import LimitedServer
+
+__all__ = ["DemoRun", "chart", "run_demo", "table"]
+
+BIN = 0.1  # seconds per chart row
+ATTEMPTS = 50
+
+
+@dataclass
+class DemoRun:
+    """One client's run: what the server saw and how long it took."""
+
+    name: str
+    arrivals: list[tuple[float, int]]  # (seconds since start, status)
+    elapsed: float
+    failures: int
+
+    @property
+    def sent(self) -> int:
+        """Requests that reached the server."""
+        return len(self.arrivals)
+
+    @property
+    def throttled(self) -> int:
+        """429 responses."""
+        return sum(1 for _, status in self.arrivals if status == 429)
+
+
+async def _typical(url: str, clients: int) -> int:
+    """Exponential backoff without jitter that sleeps exactly Retry-After when given."""
+    import httpx
+
+    failures = 0
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+
+        async def one() -> None:
+            nonlocal failures
+            for attempt in range(ATTEMPTS):
+                response = await client.get("/work")
+                if response.status_code != 429:
+                    return
+                retry_after = response.headers.get("retry-after")
+                await asyncio.sleep(float(retry_after) if retry_after else 0.5 * 2**attempt)
+            failures += 1
+
+        await asyncio.gather(*(one() for _ in range(clients)))
+    return failures
+
+
+async def _smooth(url: str, clients: int) -> int:
+    import httpx
+
+    from ..edges.httpx_transport import AsyncSmoothTransport
+    from ..policy import RetryPolicy
+
+    transport = AsyncSmoothTransport(policy=RetryPolicy(attempts=ATTEMPTS, timeout=120))
+    async with httpx.AsyncClient(transport=transport, base_url=url, timeout=60) as client:
+        responses = await asyncio.gather(*(client.get("/work") for _ in range(clients)))
+    return sum(1 for r in responses if r.status_code != 200)
+
+
+def _run(name: str, clients: int, rate: float, burst: float, style: str) -> DemoRun:
+    runner = _typical if name == "typical" else _smooth
+    with LimitedServer(rate, burst, style) as server:
+        start = time.monotonic()
+        failures = asyncio.run(runner(server.url, clients))
+        elapsed = time.monotonic() - start
+        arrivals = [(a.at - start, a.status) for a in server.log]
+    return DemoRun(name, arrivals, elapsed, failures)
+
+
+def run_demo(
+    *, clients: int = 60, rate: float = 10.0, burst: float = 5.0, style: str = "ietf"
+) -> tuple[DemoRun, DemoRun]:
+    """Run the herd with the typical setup, then with smoothclient."""
+    return (
+        _run("typical", clients, rate, burst, style),
+        _run("smoothclient", clients, rate, burst, style),
+    )
+
+
+def table(runs: Sequence[DemoRun], *, clients: int, rate: float, burst: float) -> str:
+    """The side-by-side comparison table."""
+    ideal = max(clients - burst, 1) / rate
+    rows = [
+        ("requests sent", [str(r.sent) for r in runs]),
+        ("429 responses", [str(r.throttled) for r in runs]),
+        ("time until all succeeded", [f"{r.elapsed:.2f} s" for r in runs]),
+        ("  vs ideal (M - burst) / rate", [f"{r.elapsed / ideal:.2f}x" for r in runs]),
+        ("failed calls", [str(r.failures) for r in runs]),
+    ]
+    width = 30
+    lines = [f"{'':<{width}}" + "".join(f"{r.name:>16}" for r in runs)]
+    lines += [f"{label:<{width}}" + "".join(f"{v:>16}" for v in values) for label, values in rows]
+    return "\n".join(lines)
+
+
+def _bar(ok: int, throttled: int, scale: float, width: int) -> str:
+    full_ok = round(ok * scale)
+    full_bad = round(throttled * scale)
+    if ok and not full_ok:
+        full_ok = 1
+    if throttled and not full_bad:
+        full_bad = 1
+    bar = "█" * full_ok + "░" * full_bad
+    return bar[:width].ljust(width)
+
+
+def chart(runs: Sequence[DemoRun], *, width: int = 100) -> str:
+    """Arrivals per 100 ms for each run, side by side: █ admitted, ░ throttled (429)."""
+    bins = [_bins(r) for r in runs]
+    rows = max(len(b) for b in bins)
+    peak = max((ok + bad for b in bins for ok, bad in b), default=1)
+    column = (width - 8) // len(runs) - 2
+    scale = min(1.0, (column - 1) / peak)
+    head = "  t (s) " + "".join(f"{r.name[: column - 1]:<{column}}  " for r in runs)
+    lines = [head.rstrip(), "  " + "-" * (width - 2)]
+    for i in range(rows):
+        cells = []
+        for b in bins:
+            ok, bad = b[i] if i < len(b) else (0, 0)
+            cells.append(_bar(ok, bad, scale, column) + "  ")
+        lines.append(f"{i * BIN:6.1f}  " + "".join(cells).rstrip())
+    lines.append(
+        f"  one row = {BIN * 1000:.0f} ms; █ admitted, ░ 429; a block = {1 / scale:.2g} req"
+    )
+    return "\n".join(lines)
+
+
+def _bins(run: DemoRun) -> list[tuple[int, int]]:
+    count = int(run.elapsed / BIN) + 1
+    out = [[0, 0] for _ in range(count)]
+    for at, status in run.arrivals:
+        i = min(max(int(at / BIN), 0), count - 1)
+        out[i][status == 429] += 1
+    return [(ok, bad) for ok, bad in out]
+
+
+def plot(runs: Sequence[DemoRun], path: str) -> None:
+    """Write the chart as a PNG (needs ``pip install 'smoothclient[plot]'``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 1, sharex=True, sharey=True, figsize=(10, 5))
+    for ax, run in zip(axes, runs, strict=True):
+        bins = _bins(run)
+        xs = [i * BIN for i in range(len(bins))]
+        ax.bar(xs, [b[0] for b in bins], width=BIN, align="edge", label="admitted")
+        ax.bar(
+            xs,
+            [b[1] for b in bins],
+            width=BIN,
+            align="edge",
+            bottom=[b[0] for b in bins],
+            label="429",
+            color="lightgray",
+        )
+        ax.set_title(f"{run.name}: {run.throttled} x 429, done in {run.elapsed:.1f} s")
+        ax.set_ylabel("requests / 100 ms")
+        ax.legend(loc="upper right")
+    axes[-1].set_xlabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path)

@@ -1,0 +1,30 @@
+"""Every example runs in seconds and prints what it promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+EXPECTED = {
+    "jittered_batch.py": "200 jobs, 200 results",
+    "reconciler_sqlite.py": "next tick recovered 20",
+    "poisson_business_hours.py": "next event Mon 09:",
+    "cache.py": "32 concurrent misses, upstream calls: 1",
+}
+
+
+def test_every_example_is_listed() -> None:
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert EXPECTED[name] in done.stdout

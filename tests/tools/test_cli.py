@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from smoothclient.tools import cli
+from smoothclient.tools.demo import chart, run_demo, table
+from smoothclient.tools.simulate import simulate
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("1.5s", 1.5), ("250ms", 0.25), ("15m", 900), ("2h", 7200), ("1d", 86400)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert cli.parse_duration(text) == seconds
+
+
+def test_bad_duration() -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+        cli.parse_duration("soon")
+
+
+def test_window_prints_every_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(
+        [
+            "window",
+            "--cohort",
+            "50000",
+            "--headroom",
+            "2000",
+            "--service-time",
+            "0.2s",
+            "--connections",
+            "400",
+            "--overflow",
+            "0.01",
+            "--deadline",
+            "2m",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    for needle in ("rate", "concurrency", "overflow", "<- binding", "deadline", "26.328 s"):
+        assert needle in out
+
+
+def test_window_infeasible_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["window", "--cohort", "50000", "--headroom", "2000", "--p95", "10"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "rate" in err
+    assert "p95" in err
+
+
+def test_bad_arguments_exit_2() -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main(["window", "--cohort", "-5", "--headroom", "2000"])
+    assert info.value.code == 2
+    assert cli.main(["window", "--cohort", "5", "--headroom", "1", "--service-time", "0.2"]) == 2
+
+
+def test_offset(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["offset", "tenant-7", "--window", "15m"]) == 0
+    assert "tenant-7: offset 79.536 s" in capsys.readouterr().out
+
+
+def test_module_entry_point_and_help() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "smoothclient", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for command in ("window", "offset", "demo", "simulate"):
+        assert command in out
+
+
+def test_simulate_ranks_strategies(capsys: pytest.CaptureFixture[str]) -> None:
+    """Shift-and-widen drains near M/H with no retry peak; fixed re-synchronises the herd."""
+    smooth = simulate(10_000, 500, "shift-widen")
+    fixed = simulate(10_000, 500, "fixed")
+    full = simulate(10_000, 500, "full")
+    assert smooth.drain_ratio < 1.1
+    assert smooth.peak_to_average < 1.3
+    assert fixed.drain_ratio > 5
+    assert smooth.attempts < full.attempts < fixed.attempts
+    assert cli.main(["simulate", "--clients", "2000", "--headroom", "100"]) == 0
+    assert "shift-widen" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="strategy"):
+        simulate(10, 1, "magic")
+
+
+@pytest.mark.e2e
+def test_demo_smoothclient_beats_typical() -> None:
+    """A small herd: smoothclient sends fewer requests, sees fewer 429s and drains sooner."""
+    typical, smooth = run_demo(clients=20, rate=40, burst=5)
+    assert typical.failures == smooth.failures == 0
+    assert smooth.throttled < typical.throttled
+    assert smooth.elapsed < typical.elapsed
+    text = table([typical, smooth], clients=20, rate=40, burst=5)
+    assert "429 responses" in text
+    drawn = chart([typical, smooth])
+    assert "█" in drawn
+    assert max(len(line) for line in drawn.splitlines()) <= 100
+
+
+@pytest.mark.e2e
+def test_demo_plot_writes_a_png(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    target = Path(str(tmp_path)) / "herd.png"
+    code = cli.main(
+        ["demo", "--clients", "12", "--rate", "40", "--burst", "4", "--plot", str(target)]
+    )
+    assert code == 0
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "chart written to" in capsys.readouterr().out
