@@ -3,36 +3,50 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo-installed
+#: make test fails below this line coverage of smoothclient (per cent)
+COVERAGE_FLOOR := 93
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test test-fast lint typecheck pytest bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# the demo needs only httpx: a fresh clone runs it without the dev toolchain
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[httpx]'
+	touch $(DEMO_STAMP)
+
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev,all]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/smoothclient demo
 
 test: $(STAMP) lint typecheck pytest
+
+# the inner loop: no end-to-end tests, stop at the first failure
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -x -m "not e2e"
 
 lint: $(STAMP)
 	$(BIN)/ruff check smoothclient tests examples benchmarks
 	$(BIN)/ruff format --check smoothclient tests examples benchmarks
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict smoothclient
+	$(BIN)/mypy --strict smoothclient tests
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --cov=smoothclient --cov-report=term:skip-covered \
+		--cov-fail-under=$(COVERAGE_FLOOR)
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,all,bench]'
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis .coverage
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

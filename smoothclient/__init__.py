@@ -6,7 +6,7 @@ httpx or requests; the names that need an extra (``SmoothTransport``, ``SmoothAd
 raise an :class:`ImportError` naming the extra to install when it is missing.
 
 :data:`PUBLIC` is the one table of the public names: where each lives and which extra it
-needs.  ``__all__`` is made from it.
+needs.  ``__all__`` lists the same names (a test holds them together).
 """
 
 from __future__ import annotations
@@ -69,7 +69,38 @@ _EXTRA_PACKAGES = {
     "requests": frozenset({"requests", "urllib3"}),
 }
 
-__all__ = sorted([*PUBLIC, *SUBMODULES, "__version__"], key=str.casefold)
+#: Spelled out for type checkers; a test holds it to :data:`PUBLIC`.
+__all__ = [
+    "DEFAULT_POLICY",
+    "AsyncSmoothTransport",
+    "Hints",
+    "InfeasibleWindow",
+    "JitteredTTLCache",
+    "Pacer",
+    "PoissonScheduler",
+    "Quota",
+    "RateLimited",
+    "Reconciler",
+    "RetryBudget",
+    "RetryEvent",
+    "RetryPolicy",
+    "SmoothAdapter",
+    "SmoothError",
+    "SmoothTransport",
+    "TimeWindow",
+    "__version__",
+    "cached",
+    "jittered",
+    "next_run",
+    "offset_for",
+    "paced",
+    "read_body_hints",
+    "read_hints",
+    "retry",
+    "spread",
+    "testing",
+    "window",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Set
+from collections.abc import Callable, Collection, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -111,8 +111,8 @@ class RetryPolicy:
     wait_max: float = 30.0
     wait_exp_base: float = 2.0
     jitter: JitterKind = "full"
-    retry_statuses: Set[int] = field(default=RETRY_STATUSES)
-    retry_methods: Set[str] = field(default=IDEMPOTENT_METHODS)
+    retry_statuses: Collection[int] = field(default=RETRY_STATUSES)
+    retry_methods: Collection[str] = field(default=IDEMPOTENT_METHODS)
     idempotency_header: str | None = "Idempotency-Key"
     max_retry_after: float | None = 300.0
     respect_retry_after: bool = True

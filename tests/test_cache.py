@@ -86,7 +86,7 @@ def test_picklable() -> None:
 )
 def test_validation(kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        JitteredTTLCache(10, **kwargs)
+        JitteredTTLCache(10, **kwargs)  # type: ignore[arg-type]
 
 
 def test_stale_modes_need_a_jittered_cache() -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
@@ -22,11 +23,35 @@ def test_import_does_not_pull_http_clients() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_all_is_sorted_and_resolves() -> None:
-    assert len(set(smoothclient.__all__)) == len(smoothclient.__all__)
-    for name in smoothclient.__all__:
-        assert getattr(smoothclient, name) is not None
-    assert "RetryPolicy" in dir(smoothclient)
+def test_all_is_the_public_table_sorted() -> None:
+    """__all__ lists exactly the names of the one public table (ruff keeps it sorted)."""
+    expected = {*smoothclient.PUBLIC, *smoothclient.SUBMODULES, "__version__"}
+    assert expected == set(smoothclient.__all__)
+    assert len(expected) == len(smoothclient.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(smoothclient.PUBLIC))
+def test_every_public_name_resolves_where_the_table_says(name: str) -> None:
+    """Each name loads from the module its row names (the extras are installed here)."""
+    module, _extra = smoothclient.PUBLIC[name]
+    value = getattr(smoothclient, name)
+    assert value is getattr(importlib.import_module(f"smoothclient.{module}"), name)
+    assert name in dir(smoothclient)
+
+
+def test_layers_import_nothing_above_them() -> None:
+    """The engine imports neither pacing nor edges; pacing imports no edge; no module the tools."""
+    code = (
+        "import sys, smoothclient.engine.decide, smoothclient.engine.backoff\n"
+        "engine = sorted(m for m in sys.modules if m.startswith(('smoothclient.pacing', "
+        "'smoothclient.edges', 'smoothclient.spreading', 'smoothclient.tools')))\n"
+        "import smoothclient.pacing.pacer\n"
+        "pacing = sorted(m for m in sys.modules if m.startswith(('smoothclient.edges', "
+        "'smoothclient.spreading', 'smoothclient.tools')))\n"
+        "print(engine, pacing)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] []"
 
 
 def test_unknown_attribute() -> None:

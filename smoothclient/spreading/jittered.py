@@ -9,18 +9,20 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import wrapt
 
 from .._validate import positive_int, seconds
 from ._aio import async_sleep
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R_co = TypeVar("R_co", covariant=True)
+R = TypeVar("R")
 
-__all__ = ["Scheduler", "jittered"]
+__all__ = ["AsyncJittered", "Jittered", "Scheduler", "jittered"]
 
 
 class Scheduler:
@@ -140,6 +142,41 @@ class _JitteredFunction(wrapt.FunctionWrapper[Any, Any]):
         return scheduler.call_at(scheduler._clock() + delay, lambda: target(*args, **kwargs))
 
 
+class Jittered(Protocol[P, R]):
+    """A ``@jittered`` function: call it (after a jittered wait), or schedule it with ``later``."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Wait a jittered delay, then call."""
+
+    def later(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        """Schedule the call after a jittered delay; its future has the result."""
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """Bind as a method."""
+
+
+class AsyncJittered(Protocol[P, R_co]):
+    """A ``@jittered`` coroutine function: await it, or schedule it as a task with ``later``."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]:
+        """Wait a jittered delay, then call."""
+
+    def later(self, *args: P.args, **kwargs: P.kwargs) -> asyncio.Task[R_co]:
+        """Schedule the call after a jittered delay as a task on the running loop."""
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """Bind as a method."""
+
+
+class _Decorator(Protocol):
+    @overload
+    def __call__(  # type: ignore[overload-overlap]  # a coroutine function: the async form
+        self, fn: Callable[P, Coroutine[Any, Any, R]]
+    ) -> AsyncJittered[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[P, R]) -> Jittered[P, R]: ...
+
+
 def jittered(
     max_wait: float,
     min_wait: float = 0.0,
@@ -147,7 +184,7 @@ def jittered(
     rng: random.Random | None = None,
     sleep: Callable[[float], Any] | None = None,
     scheduler: Scheduler | None = None,
-) -> Callable[[F], F]:
+) -> _Decorator:
     """
     Wait a uniform random delay in ``[min_wait, max_wait)`` before each call.
 
@@ -166,7 +203,7 @@ def jittered(
     def draw() -> float:
         return lo + (hi - lo) * generator.random()
 
-    def decorate(fn: F) -> F:
+    def decorate(fn: Callable[..., Any]) -> Any:
         if inspect.iscoroutinefunction(fn):
 
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -185,6 +222,6 @@ def jittered(
         result._self_draw = draw
         result._self_scheduler = scheduler
         result._self_tasks = set()
-        return result  # type: ignore[return-value]
+        return result
 
     return decorate

@@ -9,7 +9,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -35,7 +35,7 @@ class Reconciler:
 
     def __init__(
         self,
-        find_work: Callable[[], Iterable[Any]],
+        find_work: Callable[[], Iterable[Any] | Awaitable[Iterable[Any]]],
         handle: Callable[[Any], Any],
         *,
         every: float | timedelta,
@@ -87,7 +87,14 @@ class Reconciler:
             return 0  # never overlaps itself
         try:
             try:
-                work = list(self.find_work())
+                found = self.find_work()
+                if inspect.isawaitable(found):
+                    _discard_awaitable(found)
+                    msg = "find_work is async: run the reconciler with run_async() or tick_async()"
+                    raise TypeError(msg)
+                work = list(found)
+            except TypeError:
+                raise
             except Exception:
                 return self._query_failed()
             fresh = self._claim(work)
@@ -116,7 +123,8 @@ class Reconciler:
             if fresh and inspect.iscoroutinefunction(self.handle):
                 await spread(self._dispatch_async, fresh, **self._spread_options())
             elif fresh:
-                await asyncio.to_thread(spread, self._dispatch, fresh, **self._spread_options())
+                options = self._spread_options()
+                await asyncio.to_thread(lambda: spread(self._dispatch, fresh, **options))
             return len(fresh)
         finally:
             self._ticking.release()
@@ -217,3 +225,10 @@ class Reconciler:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+
+
+def _discard_awaitable(found: Awaitable[Any]) -> None:
+    """Close a coroutine nobody will await (no "never awaited" warning)."""
+    close = getattr(found, "close", None)
+    if callable(close):
+        close()

@@ -9,11 +9,11 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from .._validate import positive_int, seconds
 from ._aio import async_sleep
@@ -21,6 +21,7 @@ from .offsets import even_offsets, offset_for
 
 log = logging.getLogger("smoothclient.schedule")
 T = TypeVar("T")
+Item = TypeVar("Item")
 Placement = Literal["uniform", "hashed", "even"]
 
 __all__ = ["Placement", "SpreadCancelled", "SpreadResult", "plan", "spread"]
@@ -101,6 +102,42 @@ class SpreadCancelled(Exception):
     """Recorded for the items a cancelled :func:`spread` never started."""
 
 
+@overload
+def spread(  # type: ignore[overload-overlap]  # a coroutine function: the async form
+    fn: Callable[[Item], Coroutine[Any, Any, T]],
+    items: Iterable[Item],
+    *,
+    window: float | timedelta,
+    placement: Placement = "uniform",
+    key: Callable[[Any], str | bytes | int] | None = None,
+    rate: float | None = None,
+    concurrency: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+    cancel: threading.Event | None = None,
+    rng: random.Random | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Any] | None = None,
+) -> Coroutine[Any, Any, SpreadResult[T]]: ...
+
+
+@overload
+def spread(
+    fn: Callable[[Item], T],
+    items: Iterable[Item],
+    *,
+    window: float | timedelta,
+    placement: Placement = "uniform",
+    key: Callable[[Any], str | bytes | int] | None = None,
+    rate: float | None = None,
+    concurrency: int = 8,
+    progress: Callable[[int, int], None] | None = None,
+    cancel: threading.Event | None = None,
+    rng: random.Random | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Any] | None = None,
+) -> SpreadResult[T]: ...
+
+
 def spread(
     fn: Callable[[Any], Any],
     items: Iterable[Any],
@@ -115,7 +152,7 @@ def spread(
     rng: random.Random | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Any] | None = None,
-) -> Any:
+) -> SpreadResult[Any] | Coroutine[Any, Any, SpreadResult[Any]]:
     """
     Run ``fn(item)`` once per item, the starts spread over ``window`` seconds.
 

@@ -181,11 +181,18 @@ def _add_offset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.set_defaults(func=cmd_offset)
 
 
+def _version() -> str:
+    import smoothclient
+
+    return str(smoothclient.__version__)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     parser = argparse.ArgumentParser(
         prog="smoothclient", description="Spread load in time: window math, offsets, a demo."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     adders: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
         _add_window,

@@ -207,6 +207,7 @@ def test_a_pickled_session_still_retries_and_paces(server: LimitedServer) -> Non
     assert isinstance(tls, SmoothAdapter)
     assert plain.policy == policy
     assert plain.pacer is tls.pacer is plain._core.lane.pacer
+    assert isinstance(plain.pacer, Pacer)
     assert plain.pacer.origins() == []  # learned state stays with the process that learned it
     responses = [copy.get(server.url + "/limited") for _ in range(12)]  # burst 5, then 429s
     assert [r.status_code for r in responses] == [200] * 12

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import anyio
 import httpx
@@ -439,9 +440,11 @@ GOOGLE = (
 )
 
 
-def json_error(status: int, body: bytes, stream: type[object], **headers: str) -> httpx.Response:
+def json_error(
+    status: int, body: bytes, stream: Callable[[bytes], Any], **headers: str
+) -> httpx.Response:
     fields = {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}
-    return httpx.Response(status, headers=fields, stream=stream(body))  # type: ignore[arg-type]
+    return httpx.Response(status, headers=fields, stream=stream(body))
 
 
 @pytest.mark.parametrize(
@@ -570,7 +573,7 @@ async def test_cancelled_while_reading_an_error_body_closes_it(clock: FakeClock)
             closed.append(True)
 
     async def handler(request: httpx.Request) -> httpx.Response:
-        return json_error(429, b"{}" * 10, lambda body: Stalled())  # type: ignore[arg-type]
+        return json_error(429, b"{}" * 10, lambda body: Stalled())
 
     transport = AsyncSmoothTransport(
         httpx.MockTransport(handler), pacer=Pacer(clock=clock, probe=0), sleep=clock.async_sleep
@@ -597,7 +600,7 @@ async def test_cancelled_while_reading_a_paced_first_error_body_keeps_counts(
     responses = iter(
         [
             httpx.Response(200, headers=quota),  # the origin is paced from now on
-            json_error(429, b"{}" * 10, lambda body: Stalled(), **quota),  # type: ignore[arg-type]
+            json_error(429, b"{}" * 10, lambda body: Stalled(), **quota),
         ]
     )
 

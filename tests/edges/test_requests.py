@@ -75,7 +75,7 @@ def test_reply_carries_a_json_error_body() -> None:
 def test_reply_leaves_other_bodies_unread() -> None:
     r = response(200, b'{"retry_after": 1.5}')
     assert _reply(r).body is None
-    assert r.raw.tell() == 0  # type: ignore[union-attr]
+    assert r.raw.tell() == 0
     assert _reply(response(429, b"<html>", **{"Content-Type": "text/html"})).body is None
 
 

@@ -744,8 +744,8 @@ def as_types(pairs: list[tuple[str, str]]) -> list[object]:
 def test_has_hints_false_means_nothing_to_read(pairs: list[tuple[str, str]]) -> None:
     """The scan is a sound shortcut: when it says no, read_hints finds nothing either."""
     for headers in as_types(pairs):
-        if not has_hints(headers):  # type: ignore[arg-type]
-            assert read_hints(headers, now=NOW) == Hints()  # type: ignore[arg-type]
+        if not has_hints(headers):
+            assert read_hints(headers, now=NOW) == Hints()
 
 
 @pytest.mark.parametrize("make", [dict, httpx.Headers, requests.structures.CaseInsensitiveDict])
@@ -770,7 +770,7 @@ def test_learned_names_are_bounded() -> None:
 def test_every_container_reads_the_same(pairs: list[tuple[str, str]]) -> None:
     """httpx's raw list, requests' store, dicts and pairs all give the same hints."""
     unique = list({n.lower(): (n, v) for n, v in pairs if n.isascii()}.values())
-    results = [read_hints(headers, now=NOW) for headers in as_types(unique)]  # type: ignore[arg-type]
+    results = [read_hints(headers, now=NOW) for headers in as_types(unique)]
     assert all(result == results[0] for result in results)
 
 
@@ -795,13 +795,13 @@ def test_long_names_are_neither_read_nor_remembered() -> None:
 
 def test_unhashable_names_in_pairs_are_read() -> None:
     pairs = [(["Retry-After"], "5"), ("Retry-After", "7")]
-    assert read_hints(pairs, now=NOW).retry_after == 7.0  # type: ignore[arg-type]
+    assert read_hints(pairs, now=NOW).retry_after == 7.0
 
 
 def test_an_iterator_of_pairs_is_not_consumed_by_the_scan() -> None:
     pairs = iter([("Retry-After", "5")])
-    assert has_hints(pairs)  # type: ignore[arg-type]
-    assert read_hints(pairs, now=NOW).retry_after == 5.0  # type: ignore[arg-type]
+    assert has_hints(pairs)
+    assert read_hints(pairs, now=NOW).retry_after == 5.0
 
 
 def test_every_family_prefix_is_scanned_for() -> None:

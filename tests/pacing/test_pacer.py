@@ -9,8 +9,17 @@ import threading
 import pytest
 
 from smoothclient import Hints, Pacer, RetryBudget
+from smoothclient.pacing.state import MAX_WINDOW_GUESSES
+from smoothclient.pacing.store import MemoryTracker
 
 ORIGIN = "http://api.test:80"
+
+
+def memory(p: Pacer) -> MemoryTracker:
+    """The in-memory tracker of ORIGIN, to look at its state."""
+    tracker = p.track(ORIGIN)
+    assert isinstance(tracker, MemoryTracker)
+    return tracker
 
 
 def admit(p: Pacer, now: float, **kw: float) -> float:
@@ -297,7 +306,7 @@ def test_windows_are_guessed_per_quota() -> None:
     p.track(ORIGIN).cancel()
     for limit in range(100, 120):  # many quota sizes: the guesses stay bounded
         p.track(ORIGIN).observe(200, Hints(remaining=1, limit=limit, reset_after=9.0), 0.0)
-    assert len(p.track(ORIGIN).state.window_guesses)  # type: ignore[attr-defined] == pacer_module.MAX_WINDOW_GUESSES
+    assert len(memory(p).state.window_guesses) == MAX_WINDOW_GUESSES
 
 
 def test_success_memory_follows_the_rate_not_the_lifetime() -> None:
@@ -308,7 +317,7 @@ def test_success_memory_follows_the_rate_not_the_lifetime() -> None:
             p.track(ORIGIN).note_success(i / 100)
         else:
             p.track(ORIGIN).observe(200, Hints(), i / 100, counted=False)
-    assert len(p.track(ORIGIN).state.successes)  # type: ignore[attr-defined] <= 102  # about the last second's
+    assert len(memory(p).state.successes) <= 102  # about the last second's
     p.track(ORIGIN).observe(429, Hints(), 100.0, counted=False)  # the learned rate still sees them
     assert p.view(ORIGIN).rate == pytest.approx(100, abs=2)
 

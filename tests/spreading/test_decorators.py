@@ -32,7 +32,7 @@ def test_retry_until_success_keeps_signature(clock: FakeClock) -> None:
     assert fetch(1, y="b") == "1b"
     assert calls == 3
     assert len(clock.sleeps) == 2
-    assert inspect.signature(fetch) == inspect.signature(fetch.__wrapped__)
+    assert inspect.signature(fetch) == inspect.signature(fetch.__wrapped__)  # type: ignore[attr-defined]
     assert list(inspect.signature(fetch).parameters) == ["x", "y"]
     assert fetch.__doc__ == "Fetch."
 

@@ -116,3 +116,13 @@ def test_demo_plot_writes_a_png(tmp_path: object, capsys: pytest.CaptureFixture[
     assert code == 0
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "chart written to" in capsys.readouterr().out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """`smoothclient --version` prints the installed version and exits 0."""
+    import smoothclient
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"smoothclient {smoothclient.__version__}"

@@ -1,0 +1,246 @@
+"""
+The edge contract: what every edge does with the same server behaviour.
+
+Each edge (httpx sync, httpx async on asyncio and on trio, requests) runs the same scripted
+exchanges against an in-memory server, on a fake clock.  A new edge joins by adding one
+``Edge`` to ``EDGES``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import requests
+from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+from smoothclient import (
+    AsyncSmoothTransport,
+    Pacer,
+    RetryPolicy,
+    SmoothAdapter,
+    SmoothTransport,
+)
+from smoothclient.testing import FakeClock
+
+
+class Refused(Exception):
+    """The connection was refused: each edge raises its library's own error for it."""
+
+
+REFUSED = Refused()
+#: (status, headers) per attempt, or REFUSED; the last entry repeats.
+Script = list[tuple[int, dict[str, str]] | Refused]
+URL = "http://api.test/items"
+
+
+@dataclass
+class Result:
+    status: int | None
+    record: dict[str, Any]
+    error: BaseException | None
+    sent: int
+
+
+class Server:
+    """Answers attempts from a script and counts them."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.sent = 0
+
+    def next(self) -> tuple[int, dict[str, str]]:
+        entry = self.script[min(self.sent, len(self.script) - 1)]
+        self.sent += 1
+        if isinstance(entry, Refused):
+            raise entry
+        return entry
+
+
+Call = Callable[[Server, RetryPolicy, FakeClock, str], Result]
+
+
+def _httpx_sync(server: Server, policy: RetryPolicy, clock: FakeClock, method: str) -> Result:
+    def handler(request: httpx.Request) -> httpx.Response:
+        try:
+            status, headers = server.next()
+        except Refused as exc:
+            raise httpx.ConnectError("refused", request=request) from exc
+        return httpx.Response(status, headers=headers, content=b"body")
+
+    transport = SmoothTransport(
+        httpx.MockTransport(handler), policy=policy, pacer=Pacer(clock=clock), sleep=clock.sleep
+    )
+    with httpx.Client(transport=transport) as client:
+        try:
+            response = client.request(method, URL)
+        except httpx.HTTPError as exc:
+            return Result(None, getattr(exc, "smoothclient", {}), exc, server.sent)
+    return Result(response.status_code, response.extensions["smoothclient"], None, server.sent)
+
+
+def _httpx_async(backend: str) -> Call:
+    def call(server: Server, policy: RetryPolicy, clock: FakeClock, method: str) -> Result:
+        async def handler(request: httpx.Request) -> httpx.Response:
+            try:
+                status, headers = server.next()
+            except Refused as exc:
+                raise httpx.ConnectError("refused", request=request) from exc
+            return httpx.Response(status, headers=headers, content=b"body")
+
+        async def main() -> Result:
+            transport = AsyncSmoothTransport(
+                httpx.MockTransport(handler),
+                policy=policy,
+                pacer=Pacer(clock=clock),
+                sleep=clock.async_sleep,
+            )
+            async with httpx.AsyncClient(transport=transport) as client:
+                try:
+                    response = await client.request(method, URL)
+                except httpx.HTTPError as exc:
+                    return Result(None, getattr(exc, "smoothclient", {}), exc, server.sent)
+            record = response.extensions["smoothclient"]
+            return Result(response.status_code, record, None, server.sent)
+
+        result: Result = anyio.run(main, backend=backend)
+        return result
+
+    return call
+
+
+class _ScriptedHTTPAdapter(HTTPAdapter):
+    """What urllib3 would answer, from the script (no sockets)."""
+
+    server: Server
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        try:
+            status, headers = self.server.next()
+        except Refused as exc:
+            reason = NewConnectionError(None, "refused")  # type: ignore[arg-type]
+            raise requests.ConnectionError(MaxRetryError(None, request.url, reason)) from exc  # type: ignore[arg-type]
+        response = requests.Response()
+        response.status_code = status
+        response.headers = CaseInsensitiveDict(headers)
+        response.raw = io.BytesIO(b"body")
+        response.url = request.url or ""
+        response.request = request
+        return response
+
+
+class _Adapter(SmoothAdapter, _ScriptedHTTPAdapter):
+    pass
+
+
+def _requests(server: Server, policy: RetryPolicy, clock: FakeClock, method: str) -> Result:
+    adapter = _Adapter(policy=policy, pacer=Pacer(clock=clock), sleep=clock.sleep)
+    adapter.server = server
+    with requests.Session() as session:
+        session.mount("http://", adapter)
+        try:
+            response = session.request(method, URL)
+        except requests.RequestException as exc:
+            return Result(None, getattr(exc, "smoothclient", {}), exc, server.sent)
+    return Result(response.status_code, response.smoothclient, None, server.sent)  # type: ignore[attr-defined]
+
+
+EDGES: dict[str, Call] = {
+    "httpx": _httpx_sync,
+    "httpx-asyncio": _httpx_async("asyncio"),
+    "httpx-trio": _httpx_async("trio"),
+    "requests": _requests,
+}
+POLICY = RetryPolicy(attempts=3, timeout=60, wait_initial=0.1, wait_max=1.0)
+
+
+@pytest.fixture(params=list(EDGES))
+def edge(request: pytest.FixtureRequest) -> Call:
+    return EDGES[request.param]
+
+
+def run(edge: Call, script: Script, policy: RetryPolicy = POLICY, method: str = "GET") -> Result:
+    return edge(Server(script), policy, FakeClock(100.0), method)
+
+
+def test_a_success_ends_the_call_at_once(edge: Call) -> None:
+    """One attempt, no wait, a record saying so."""
+    result = run(edge, [(200, {})])
+    assert (result.status, result.sent) == (200, 1)
+    assert result.record == {
+        "attempts": 1,
+        "waits": [],
+        "total_wait": 0.0,
+        "reasons": [],
+        "gave_up": None,
+    }
+
+
+def test_a_transient_error_is_retried(edge: Call) -> None:
+    """503 then 200: two attempts, one backoff wait within the first window."""
+    result = run(edge, [(503, {}), (200, {})])
+    assert (result.status, result.sent) == (200, 2)
+    assert result.record["attempts"] == 2
+    assert result.record["reasons"] == ["status 503"]
+    assert 0 <= result.record["total_wait"] <= 0.1
+    assert result.record["gave_up"] is None
+
+
+def test_retry_after_shifts_the_wait(edge: Call) -> None:
+    """No retry earlier than the server said."""
+    result = run(edge, [(429, {"Retry-After": "2"}), (200, {})])
+    assert result.status == 200
+    assert result.record["total_wait"] >= 2.0
+
+
+def test_an_error_no_policy_retries_is_returned_at_once(edge: Call) -> None:
+    """A 404 is the caller's answer: one attempt, nothing given up on."""
+    result = run(edge, [(404, {}), (200, {})])
+    assert (result.status, result.sent) == (404, 1)
+    assert result.record["gave_up"] is None
+
+
+def test_attempts_run_out(edge: Call) -> None:
+    """The last response is returned, with why the call gave up."""
+    result = run(edge, [(503, {})])
+    assert (result.status, result.sent) == (503, 3)
+    assert result.record["attempts"] == 3
+    assert "3 attempts used" in result.record["gave_up"]
+
+
+def test_a_connection_failure_is_retried(edge: Call) -> None:
+    """A refused connection never reached the server: retried for any method."""
+    result = run(edge, [REFUSED, (200, {})], method="POST")
+    assert (result.status, result.sent) == (200, 2)
+
+
+def test_a_non_idempotent_method_is_not_retried_after_sending(edge: Call) -> None:
+    """A POST that got a 503 may have had effects: it is not sent again."""
+    result = run(edge, [(503, {}), (200, {})], method="POST")
+    assert (result.status, result.sent) == (503, 1)
+    assert "not idempotent" in result.record["gave_up"]
+
+
+def test_a_server_delay_beyond_the_cap_is_returned(edge: Call) -> None:
+    """Asked to wait longer than max_retry_after: the answer comes back at once."""
+    policy = POLICY.replace(max_retry_after=5)
+    result = run(edge, [(503, {"Retry-After": "60"}), (200, {})], policy)
+    assert (result.status, result.sent) == (503, 1)
+    assert "max_retry_after" in result.record["gave_up"]
+
+
+def test_the_last_error_is_raised_with_the_record(edge: Call) -> None:
+    """Connection failures all the way: the client library's own error, with the record."""
+    result = run(edge, [REFUSED])
+    assert result.status is None
+    assert result.sent == 3
+    assert result.record["attempts"] == 3
+    assert result.error is not None
+    assert any("3 attempt(s)" in note for note in getattr(result.error, "__notes__", []))
