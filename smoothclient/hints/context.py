@@ -13,7 +13,10 @@ from collections.abc import Callable
 from .model import DAY, HORIZON, ResetFormat
 from .numbers import parse_date, parse_http_date, parse_number
 
-__all__ = ["Ctx"]
+__all__ = ["DATE_RESOLUTION", "Ctx"]
+
+#: ``Date`` has whole seconds: a difference within it (and a second of travel) is no skew.
+DATE_RESOLUTION = 1.0
 
 log = logging.getLogger("smoothclient.hints")
 
@@ -33,14 +36,24 @@ class Ctx:
 
     @property
     def ref(self) -> float:
-        """The time absolute values are measured from (R8): the server's clock when sane."""
+        """
+        The time absolute values are measured from (R8): the local clock, or the server's.
+
+        ``Date`` has whole seconds: a server in step with us sends one 0-1 s behind our clock
+        (plus the response's travel).  Re-basing on it then adds up to a second to every
+        fractional epoch reset, so within :data:`DATE_RESOLUTION` of our clock the local
+        clock is trusted; only a real skew (but less than a day) re-bases.
+        """
         if self._ref is None:
             self._ref = self.now
             for raw in self.fields.get("date", ()):
                 server = parse_http_date(raw, self.now)
-                if server is not None and abs(server - self.now) <= DAY:
+                if server is None:
+                    continue
+                skew = self.now - server
+                if not -DATE_RESOLUTION <= skew <= 2 * DATE_RESOLUTION and abs(skew) <= DAY:
                     self._ref = server
-                    break
+                break
         return self._ref
 
     def raw(self, name: str) -> list[str]:

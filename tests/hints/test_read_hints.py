@@ -170,6 +170,19 @@ def test_date_header_rebases_absolute_times() -> None:
     assert hints.retry_after == 30.0
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 0.84, 0.99])
+def test_whole_second_date_does_not_shift_a_fractional_reset(fraction: float) -> None:
+    """A Date in step with our clock (whole seconds behind it) leaves resets to the local clock."""
+    now = 1_800_000_000.0 + fraction
+    headers = {
+        "Date": http_date(now),  # truncated to the second, as servers send it
+        "X-RateLimit-Limit": "10",
+        "X-RateLimit-Remaining": "0",
+        "X-RateLimit-Reset": f"{now + 0.3:.3f}",
+    }
+    assert read_hints(headers, now=now).reset_after == pytest.approx(0.3, abs=0.001)
+
+
 def test_insane_date_header_is_ignored() -> None:
     headers = {"Date": "Sun, 06 Nov 1994 08:49:37 GMT", "X-RateLimit-Reset": str(int(NOW + 60))}
     assert read_hints(headers, now=NOW).reset_after == 60.0
