@@ -26,6 +26,7 @@ from .lane import FastLane, Lane, _Response, first_try, first_try_async
 __all__ = ["DRAIN_LIMIT", "EdgeCore", "RequestInfo", "describe", "drainable"]
 
 R = TypeVar("R", bound=_Response)
+A = TypeVar("A")
 
 #: Error bodies up to this size are read before closing, so the connection can be reused.
 DRAIN_LIMIT = 64 * 1024
@@ -109,20 +110,23 @@ class EdgeCore:
     def call(
         self,
         origin: str,
-        info: Callable[[], RequestInfo],
-        send: Callable[[], R],
+        request: A,
+        info: Callable[[A], RequestInfo],
+        send: Callable[[A], R],
         reply_of: Callable[[R], Reply],
         failure_of: Callable[[Exception], Failure | None],
         discard: Callable[[R], None],
         sleep: Callable[[float], object],
     ) -> tuple[R, dict[str, Any]]:
-        """One logical call: the last response and its record, or the last error raised."""
-        response, first, record, lane = first_try(self.lane, origin, send, failure_of, reply_of)
+        """One logical call of ``request``: the last response and its record, or the last error."""
+        response, first, record, lane = first_try(
+            self.lane, origin, send, request, failure_of, reply_of
+        )
         if record is not None and response is not None:  # ended on the fast lane
             return response, record
         done = drive(
-            self.flow(origin, info(), first, lane),
-            send,
+            self.flow(origin, info(request), first, lane),
+            lambda: send(request),
             reply_of,
             failure_of,
             discard,
@@ -135,8 +139,9 @@ class EdgeCore:
     async def call_async(
         self,
         origin: str,
-        info: Callable[[], RequestInfo],
-        send: Callable[[], Awaitable[R]],
+        request: A,
+        info: Callable[[A], RequestInfo],
+        send: Callable[[A], Awaitable[R]],
         reply_of: Callable[[R], Reply],
         failure_of: Callable[[Exception], Failure | None],
         discard: Callable[[R], Awaitable[None]],
@@ -144,13 +149,13 @@ class EdgeCore:
     ) -> tuple[R, dict[str, Any]]:
         """Async twin of :meth:`call`."""
         response, first, record, lane = await first_try_async(
-            self.lane, origin, send, failure_of, reply_of
+            self.lane, origin, send, request, failure_of, reply_of
         )
         if record is not None and response is not None:  # ended on the fast lane
             return response, record
         done = await drive_async(
-            self.flow(origin, info(), first, lane),
-            send,
+            self.flow(origin, info(request), first, lane),
+            lambda: send(request),
             reply_of,
             failure_of,
             discard,

@@ -41,14 +41,15 @@ _KINDS: tuple[tuple[type[Exception], ErrorKind], ...] = (
     (httpx.RemoteProtocolError, "protocol"),
 )
 _SECOND = operator.itemgetter(1)
+_LOWER_AND_VALUE = operator.itemgetter(1, 2)
 
 
-def _names(headers: Any) -> Iterable[object]:
-    return map(_SECOND, headers._list)
+def _names(headers: Any) -> list[bytes]:
+    return list(map(_SECOND, headers._list))
 
 
 def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
-    return ((lower, value) for _, lower, value in headers._list)
+    return map(_LOWER_AND_VALUE, headers._list)
 
 
 def _fast_access() -> FieldAccess:
@@ -89,7 +90,7 @@ def _reply(response: httpx.Response) -> Reply:
 
 def _read(response: httpx.Response) -> httpx.Response:
     """Read a small JSON error body (sync responses), so :func:`_reply` can use it."""
-    if wants_body(response.status_code, response.headers):
+    if response.status_code >= 400 and wants_body(response.status_code, response.headers):
         try:
             response.read()
         except httpx.HTTPError:
@@ -102,7 +103,7 @@ def _read(response: httpx.Response) -> httpx.Response:
 
 async def _aread(response: httpx.Response) -> httpx.Response:
     """Async twin of :func:`_read`."""
-    if wants_body(response.status_code, response.headers):
+    if response.status_code >= 400 and wants_body(response.status_code, response.headers):
         try:
             await response.aread()
         except httpx.HTTPError:
@@ -148,17 +149,14 @@ class _Base:
         url = request.url
         return origin_key(url.scheme, url.raw_host, url.port)
 
-    def _info(self, request: httpx.Request) -> Callable[[], RequestInfo]:
-        def info() -> RequestInfo:
-            key = self._core.policy.idempotency_header
-            return RequestInfo(
-                request.method,
-                request.url.path,
-                key is not None and key in request.headers,
-                _replayable(request),
-            )
-
-        return info
+    def _info(self, request: httpx.Request) -> RequestInfo:
+        key = self._core.policy.idempotency_header
+        return RequestInfo(
+            request.method,
+            request.url.path,
+            key is not None and key in request.headers,
+            _replayable(request),
+        )
 
 
 class SmoothTransport(_Base, httpx.BaseTransport):
@@ -189,11 +187,11 @@ class SmoothTransport(_Base, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
-        handle = self.transport.handle_request
         response, record = self._core.call(
             self._origin(request),
-            self._info(request),
-            lambda: _read(handle(request)),
+            request,
+            self._info,
+            self._attempt,
             _reply,
             _failure,
             self._discard,
@@ -201,6 +199,9 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         )
         response.extensions["smoothclient"] = record
         return response
+
+    def _attempt(self, request: httpx.Request) -> httpx.Response:
+        return _read(self.transport.handle_request(request))
 
     @staticmethod
     def _discard(response: httpx.Response) -> None:
@@ -251,15 +252,11 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
-        handle = self.transport.handle_async_request
-
-        async def send() -> httpx.Response:
-            return await _aread(await handle(request))
-
         response, record = await self._core.call_async(
             self._origin(request),
-            self._info(request),
-            send,
+            request,
+            self._info,
+            self._attempt,
             _reply,
             _failure,
             self._discard,
@@ -267,6 +264,9 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         )
         response.extensions["smoothclient"] = record
         return response
+
+    async def _attempt(self, request: httpx.Request) -> httpx.Response:
+        return await _aread(await self.transport.handle_async_request(request))
 
     @staticmethod
     async def _discard(response: httpx.Response) -> None:

@@ -10,6 +10,7 @@ are no written-out copies of code that lives elsewhere.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from enum import IntEnum
 from typing import Any, Protocol, TypeVar
@@ -17,8 +18,9 @@ from typing import Any, Protocol, TypeVar
 from .. import testing
 from ..engine.decide import ends_call
 from ..events import first_attempt_record
-from ..hints import FieldAccess, Hints, has_hints, read_fields
+from ..hints import FieldAccess, has_hints, read_fields
 from ..pacing.pacer import PacerLike
+from ..pacing.store import Tracker
 from ..policy import RetryPolicy
 from .flow import Failure, Reply
 
@@ -35,6 +37,7 @@ class Lane(IntEnum):
 
 #: The attempt was not sent on the fast lane.
 NOT_SENT: tuple[None, None, None, Lane] = (None, None, None, Lane.FLOW)
+_NOT_ENTERED: tuple[Lane, None] = (Lane.FLOW, None)
 
 
 class _Response(Protocol):
@@ -58,7 +61,7 @@ class FastLane:
     flow as its first attempt.
     """
 
-    __slots__ = ("_access", "_policy", "_retry_statuses", "pacer")
+    __slots__ = ("_access", "_has_hints", "_policy", "_retry_statuses", "pacer")
 
     def __init__(self, pacer: PacerLike, policy: RetryPolicy, access: FieldAccess) -> None:
         """Serve requests to ``pacer``'s origins under ``policy``."""
@@ -66,47 +69,42 @@ class FastLane:
         self._policy = policy
         self._retry_statuses = policy.retry_statuses
         self._access = access
+        self._has_hints: Callable[[Any], bool] = functools.partial(has_hints, access=access)
 
-    def enter(self, origin: str) -> Lane:
-        """May a first attempt to ``origin`` be sent at once?"""
+    def enter(self, origin: str) -> tuple[Lane, Tracker | None]:
+        """May a first attempt to ``origin`` be sent at once?  The lane and the tracker."""
         if testing.current() is not None:
-            return Lane.FLOW
+            return _NOT_ENTERED
         pacer = self.pacer
         now = pacer.clock()
         tracker = pacer.peek(origin)
         if tracker is not None and tracker.healthy(now):
-            return Lane.HEALTHY
-        return Lane.ADMITTED if pacer.track(origin).try_now(now) else Lane.FLOW
+            return Lane.HEALTHY, tracker
+        tracker = pacer.track(origin)
+        return (Lane.ADMITTED, tracker) if tracker.try_now(now) else _NOT_ENTERED
 
-    def leave(self, origin: str, lane: Lane, response: _Response) -> dict[str, Any] | None:
+    def leave(self, tracker: Tracker, lane: Lane, response: _Response) -> dict[str, Any] | None:
         """The record when ``response`` ends the call (learned from); ``None``: to the flow."""
         status, headers = response.status_code, response.headers
-        hints: Hints | None = None  # None: a plain success on a healthy origin, lock-free
+        now = self.pacer.clock()
         if status >= 400 or status in self._retry_statuses:
             hints = read_fields(headers, self._access)
             if not ends_call(self._policy, status, hints):
                 return None  # the flow decides (and records why)
-        elif lane is not Lane.HEALTHY or has_hints(headers, self._access):
-            hints = read_fields(headers, self._access)
-        pacer, budget = self.pacer, self._policy.budget
-        now = pacer.clock()
-        if hints is None and budget is None:
-            tracker = pacer.peek(origin)
-            if tracker is not None:
-                tracker.note_success(now)
-            return first_attempt_record()
-        tracker = pacer.track(origin)
-        if hints is None:
-            tracker.note_success(now)
-        else:
             tracker.observe(status, hints, now, counted=lane is Lane.ADMITTED)
+        elif lane is not Lane.HEALTHY or self._has_hints(headers):
+            hints = read_fields(headers, self._access)
+            tracker.observe(status, hints, now, counted=lane is Lane.ADMITTED)
+        else:
+            tracker.note_success(now)  # a plain success on a healthy origin: lock-free
+        budget = self._policy.budget
         if budget is not None:  # the call's one attempt counts toward the retry budget
             tracker.record_attempt(budget, now)
         return first_attempt_record()
 
+    @staticmethod
     def failed(
-        self,
-        origin: str,
+        tracker: Tracker,
         lane: Lane,
         exc: BaseException,
         failure_of: Callable[[Exception], Failure | None],
@@ -114,17 +112,19 @@ class FastLane:
         """A fast-lane attempt raised: the failure for the flow, or ``exc`` re-raised."""
         failure = failure_of(exc) if isinstance(exc, Exception) else None
         if failure is None:
-            self.abandoned(origin, lane)
+            FastLane.abandoned(tracker, lane)
             raise exc
         return failure
 
-    def abandoned(self, origin: str, lane: Lane) -> None:
+    @staticmethod
+    def abandoned(tracker: Tracker, lane: Lane) -> None:
         """A fast-lane attempt ends before the flow takes it over (raised, cancelled)."""
         if lane is Lane.ADMITTED:
-            self.pacer.track(origin).failed()
+            tracker.failed()
 
 
 RS = TypeVar("RS", bound=_Response)
+A = TypeVar("A")
 #: A first attempt: the response (if any); what the flow takes as its first result (the
 #: response's reply, or the failure); the record if the call is complete; the lane.
 FirstAttempt = tuple[RS | None, Reply | Failure | None, dict[str, Any] | None, Lane]
@@ -133,48 +133,50 @@ FirstAttempt = tuple[RS | None, Reply | Failure | None, dict[str, Any] | None, L
 def first_try(
     lane: FastLane,
     origin: str,
-    send: Callable[[], RS],
+    send: Callable[[A], RS],
+    request: A,
     failure_of: Callable[[Exception], Failure | None],
     reply_of: Callable[[RS], Reply],
 ) -> FirstAttempt[RS]:
-    """Send at once when the fast lane admits it (see :class:`FastLane`)."""
-    entry = lane.enter(origin)
-    if entry is Lane.FLOW:
+    """Send ``request`` at once when the fast lane admits it (see :class:`FastLane`)."""
+    entry, tracker = lane.enter(origin)
+    if tracker is None:
         return NOT_SENT
     try:
-        response = send()
+        response = send(request)
     except BaseException as exc:
-        return None, lane.failed(origin, entry, exc, failure_of), None, entry
-    record = lane.leave(origin, entry, response)
+        return None, lane.failed(tracker, entry, exc, failure_of), None, entry
+    record = lane.leave(tracker, entry, response)
     if record is not None:
         return response, None, record, entry
     try:
         return response, reply_of(response), None, entry
     except BaseException:
-        lane.abandoned(origin, entry)
+        lane.abandoned(tracker, entry)
         raise
 
 
 async def first_try_async(
     lane: FastLane,
     origin: str,
-    send: Callable[[], Awaitable[RS]],
+    send: Callable[[A], Awaitable[RS]],
+    request: A,
     failure_of: Callable[[Exception], Failure | None],
     reply_of: Callable[[RS], Reply],
 ) -> FirstAttempt[RS]:
     """Async twin of :func:`first_try`."""
-    entry = lane.enter(origin)
-    if entry is Lane.FLOW:
+    entry, tracker = lane.enter(origin)
+    if tracker is None:
         return NOT_SENT
     try:
-        response = await send()
+        response = await send(request)
     except BaseException as exc:
-        return None, lane.failed(origin, entry, exc, failure_of), None, entry
-    record = lane.leave(origin, entry, response)
+        return None, lane.failed(tracker, entry, exc, failure_of), None, entry
+    record = lane.leave(tracker, entry, response)
     if record is not None:
         return response, None, record, entry
     try:
         return response, reply_of(response), None, entry
     except BaseException:
-        lane.abandoned(origin, entry)
+        lane.abandoned(tracker, entry)
         raise

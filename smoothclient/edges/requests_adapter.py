@@ -13,7 +13,7 @@ import io
 import random
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import requests
@@ -83,7 +83,7 @@ def _discard(response: requests.Response) -> None:
         response.close()
 
 
-def _names(headers: Any) -> Iterable[object]:
+def _names(headers: Any) -> Collection[object]:
     return headers._store  # type: ignore[no-any-return]
 
 
@@ -198,12 +198,12 @@ class SmoothAdapter(HTTPAdapter):
         url = request.url or ""
         replayable, rewind = _rewinder(request.body)
 
-        def attempt() -> requests.Response:
+        def attempt(request: requests.PreparedRequest) -> requests.Response:
             if rewind is not None:
                 rewind()
             return super(SmoothAdapter, self).send(request, **kwargs)
 
-        def info() -> RequestInfo:
+        def info(request: requests.PreparedRequest) -> RequestInfo:
             key = self._core.policy.idempotency_header
             return RequestInfo(
                 request.method or "GET",
@@ -213,7 +213,7 @@ class SmoothAdapter(HTTPAdapter):
             )
 
         response, record = self._core.call(
-            _origin(url), info, attempt, _reply, _failure, _discard, self._sleep
+            _origin(url), request, info, attempt, _reply, _failure, _discard, self._sleep
         )
         response.smoothclient = record  # type: ignore[attr-defined]
         return response

@@ -15,7 +15,7 @@ knows httpx or requests.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,9 +88,13 @@ def _field_of(name: object) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class FieldAccess:
-    """How to read one kind of header container: its names, and its ``(name, value)`` pairs."""
+    """
+    How to read one kind of header container: its names, and its ``(name, value)`` pairs.
 
-    names: Callable[[Any], Iterable[object]]
+    ``names`` returns a collection (it is looked at up to twice).
+    """
+
+    names: Callable[[Any], Collection[object]]
     pairs: Callable[[Any], Iterable[tuple[object, object]]]
 
 
@@ -105,7 +109,7 @@ def _generic_pairs(headers: Any) -> Iterable[tuple[object, object]]:
     return result
 
 
-def _generic_names(headers: Any) -> Iterable[object]:
+def _generic_names(headers: Any) -> Collection[object]:
     if isinstance(headers, Mapping):
         return headers.keys()
     if isinstance(headers, list | tuple):
@@ -142,14 +146,26 @@ class KnownNames:
             self.fields[name] = found
         return found
 
-    def scan(self, headers: Any, names: Callable[[Any], Iterable[object]]) -> bool:
-        """Whether any name of ``headers`` (listed by ``names``) may carry a hint."""
-        if self._no.issuperset(names(headers)):
-            return False
-        if not self._yes.isdisjoint(names(headers)):
+    def scan(self, headers: Any, access: FieldAccess = GENERIC) -> bool:
+        """
+        Cheaply: could ``headers`` hold any hint?  (Only the names are looked at.)
+
+        ``False`` means reading them would find nothing; an unscannable container (an
+        iterator, unhashable names) says ``True``.
+        """
+        try:
+            names = access.names(headers)
+            if self._no.issuperset(names):
+                return False
+            if not self._yes.isdisjoint(names):
+                return True
+        except Exception:
             return True
+        return self._learn(names)
+
+    def _learn(self, names: Collection[object]) -> bool:
         relevant = False
-        for name in names(headers):
+        for name in names:
             field = self.learn(name)
             known = self._yes if field is not None and field not in CONTEXT_FIELDS else self._no
             relevant = relevant or known is self._yes
@@ -162,18 +178,8 @@ class KnownNames:
 
 _KNOWN = KnownNames()
 _UNSEEN = "\0"  # a name not learned yet (no field is called that)
-
-
-def scan(headers: Any, access: FieldAccess = GENERIC) -> bool:
-    """
-    Cheaply: could ``headers`` hold any hint?  (Only the names are looked at.)
-
-    ``False`` means reading them would find nothing; an unscannable container says ``True``.
-    """
-    try:
-        return _KNOWN.scan(headers, access.names)
-    except Exception:  # an iterator, unhashable names, an odd container: read it instead
-        return True
+#: :meth:`KnownNames.scan` of the process-wide table.
+scan = _KNOWN.scan
 
 
 def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]:
@@ -189,7 +195,7 @@ def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]
             key = learn(name)
         if key is None:
             continue
-        value_text = text(value)
+        value_text = value.decode("latin-1") if type(value) is bytes else text(value)
         if len(value_text) > MAX_VALUE:
             log.debug("ignoring %s: its value is over %d characters", key, MAX_VALUE)
             continue

@@ -107,13 +107,8 @@ def _gather_quotas(ctx: Ctx) -> list[Quota]:
     return quotas
 
 
-def has_hints(headers: HeadersLike, access: FieldAccess = GENERIC) -> bool:
-    """
-    Cheaply: could these headers hold any hint?  (Only the names are looked at.)
-
-    ``False`` means :func:`read_hints` would return empty :class:`Hints`.
-    """
-    return _fields.scan(headers, access)
+#: Cheaply: could these headers hold any hint?  ``False``: :func:`read_hints` finds nothing.
+has_hints = _fields.scan
 
 
 def read_fields(
@@ -126,7 +121,11 @@ def read_fields(
     """:func:`read_hints` of a container read through ``access`` (the edges' fast path)."""
     if not _fields.scan(headers, access):
         return _EMPTY  # the common case: nothing to read
-    found = _safely("header", lambda h: collect(h, access), headers, None)
+    try:
+        found = collect(headers, access)
+    except Exception:  # never crash on server input (or an odd container)
+        log.debug("could not read header hints; ignoring them", exc_info=True)
+        return _EMPTY
     if not found:
         return _EMPTY
     ctx = Ctx(found, time.time() if now is None else float(now), reset_format)

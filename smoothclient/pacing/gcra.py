@@ -22,28 +22,40 @@ class Gcra:
     A token bucket of ``burst`` tokens at ``rate`` per second (``rate=None``: unlimited).
 
     >>> bucket = Gcra(rate=10.0, burst=2.0)
-    >>> [bucket.reserve(0.0) for _ in range(4)]
+    >>> [round(bucket.reserve(0.0), 6) for _ in range(4)]
     [0.0, 0.0, 0.1, 0.2]
     """
 
-    rate: float | None = None
     burst: float = 1.0
     tat: float = -math.inf
+    #: Seconds per token; 0 when unlimited (kept rather than the rate: it is what is read).
+    interval: float = 0.0
+
+    def __init__(self, rate: float | None = None, burst: float = 1.0) -> None:
+        """A full bucket."""
+        self.burst = burst
+        self.tat = -math.inf
+        self.interval = 0.0
+        self.rate = rate
 
     @property
-    def interval(self) -> float:
-        """Seconds per token (0 when unlimited)."""
-        return 1.0 / self.rate if self.rate else 0.0
+    def rate(self) -> float | None:
+        """Tokens per second (``None``: unlimited)."""
+        return 1.0 / self.interval if self.interval else None
+
+    @rate.setter
+    def rate(self, rate: float | None) -> None:
+        self.interval = 1.0 / rate if rate else 0.0
 
     def earliest(self, now: float) -> float:
         """When the next request may go, no earlier than ``now``."""
-        if self.rate is None:
+        if not self.interval:
             return now
         return max(now, self.tat - (self.burst - 1) * self.interval)
 
     def take(self, at: float) -> None:
         """Spend the token of a request that goes at ``at``."""
-        if self.rate is not None:
+        if self.interval:
             self.tat = max(self.tat, at) + self.interval
 
     def reserve(self, now: float) -> float:
@@ -54,11 +66,11 @@ class Gcra:
 
     def tokens(self, now: float) -> float:
         """Tokens in the bucket at ``now`` (fractional; ``burst`` when full or unlimited)."""
-        if self.rate is None:
+        if not self.interval:
             return self.burst
         return self.burst - max(0.0, self.tat - now) / self.interval
 
     def set_tokens(self, now: float, tokens: float) -> None:
         """Make the bucket hold ``tokens`` at ``now`` (what a server reports is left)."""
-        if self.rate is not None:
+        if self.interval:
             self.tat = now + (self.burst - tokens) * self.interval

@@ -41,7 +41,7 @@ class LruMap(Generic[K, V]):
     :meth:`peek` is a lock-free read (a dict read is atomic), for hot paths that only look.
     """
 
-    __slots__ = ("_data", "_factory", "_limit", "_lock")
+    __slots__ = ("_data", "_factory", "_limit", "_lock", "peek")
 
     def __init__(self, limit: int, factory: Callable[[K], V]) -> None:
         """Keep at most ``limit`` entries; ``factory(key)`` makes a missing one."""
@@ -49,14 +49,13 @@ class LruMap(Generic[K, V]):
         self._factory = factory
         self._data: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+        #: The entry of a key if there is one, without marking it used (``dict.get`` itself:
+        #: lock-free, a dict read is atomic).
+        self.peek: Callable[[K], V | None] = self._data.get
 
     def __len__(self) -> int:
         """How many entries are kept."""
         return len(self._data)
-
-    def peek(self, key: K) -> V | None:
-        """The entry of ``key`` if there is one, without marking it used."""
-        return self._data.get(key)
 
     def get(self, key: K) -> V:
         """The entry of ``key`` (made if missing), marked most recently used."""

@@ -42,8 +42,9 @@ class PacerLike(Protocol):
     def track(self, origin: str) -> Tracker:
         """The tracker of ``origin``, marked recently used."""
 
-    def peek(self, origin: str) -> Tracker | None:
-        """The tracker of ``origin`` if it has state; cheap."""
+    @property
+    def peek(self) -> Callable[[str], Tracker | None]:
+        """The tracker of an origin if it has state; cheap."""
 
 
 class Pacer:
@@ -80,6 +81,8 @@ class Pacer:
             raise TypeError(msg)
         self.clock = clock
         self._store: Store = MemoryStore(self.settings, max_keys=self.max_origins)
+        #: The tracker of an origin if it has state (the fast lane's cheap look; no lock).
+        self.peek: Callable[[str], Tracker | None] = self._store.peek
 
     def __repr__(self) -> str:
         """Show how many origins are tracked."""
@@ -103,10 +106,6 @@ class Pacer:
     def track(self, origin: str) -> Tracker:
         """The tracker of ``origin`` (the edges' way in), marked recently used."""
         return self._store.tracker(origin)
-
-    def peek(self, origin: str) -> Tracker | None:
-        """The tracker of ``origin`` if it has state (the fast lane's cheap look)."""
-        return self._store.peek(origin)
 
     def view(self, origin: str) -> OriginView:
         """A snapshot of ``origin``'s state."""

@@ -179,7 +179,7 @@ def acquire(
 
 def healthy(o: OriginState | None, now: float) -> bool:
     """Known, open, unpaced, nobody waiting: a request needs no admission at all."""
-    return o is not None and o.known and o.pace.rate is None and o.gate <= now and not o.waiting
+    return o is not None and o.known and not o.pace.interval and o.gate <= now and not o.waiting
 
 
 def try_now(o: OriginState, s: Settings, now: float) -> bool:
@@ -272,7 +272,7 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
         pace.rate = None
     if throttled and hints.remaining <= 0 and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)
-    if pace.rate is not None:
+    if pace.interval:
         tokens = available - o.waiting
         # Responses overtake each other: one that left the server before our latest sends
         # reports tokens that are gone, and trusting it releases a burst that earns 429s.

@@ -10,7 +10,9 @@ touching them.
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from ..engine.decide import CohortView
@@ -27,8 +29,9 @@ __all__ = ["MemoryStore", "MemoryTracker", "Store", "Tracker"]
 class Tracker(Protocol):
     """Atomic operations on one key's pacing state (every ``now`` on the pacer's clock)."""
 
-    def healthy(self, now: float) -> bool:
-        """Whether a request needs no admission at all (a cheap, lock-free read)."""
+    @property
+    def healthy(self) -> Callable[[float], bool]:
+        """Whether a request needs no admission at all at ``now`` (a cheap, lock-free read)."""
 
     def try_now(self, now: float) -> bool:
         """Admit one request at once if a slot is free now (counted in flight)."""
@@ -50,8 +53,9 @@ class Tracker(Protocol):
     def failed(self) -> None:
         """A request on the wire ended without a response."""
 
-    def note_success(self, now: float) -> None:
-        """A plain success on a healthy key (the fast lane's only bookkeeping)."""
+    @property
+    def note_success(self) -> Callable[[float], None]:
+        """Note a plain success at ``now`` on a healthy key (the fast lane's only bookkeeping)."""
 
     def observe(
         self,
@@ -83,8 +87,9 @@ class Store(Protocol):
     def tracker(self, key: str) -> Tracker:
         """The tracker of ``key`` (state made if missing), marked recently used."""
 
-    def peek(self, key: str) -> Tracker | None:
-        """The tracker of ``key`` if its state exists; cheap, for the fast lane."""
+    @property
+    def peek(self) -> Callable[[str], Tracker | None]:
+        """The tracker of a key if its state exists; cheap, for the fast lane."""
 
     def keys(self) -> list[str]:
         """The keys whose state is kept, least recently used first."""
@@ -93,7 +98,7 @@ class Store(Protocol):
 class MemoryTracker:
     """A :class:`Tracker` over state in this process, guarded by a lock of its own."""
 
-    __slots__ = ("key", "lock", "settings", "state")
+    __slots__ = ("healthy", "key", "lock", "note_success", "settings", "state")
 
     def __init__(self, key: str, settings: Settings) -> None:
         """Fresh state for ``key``."""
@@ -101,9 +106,9 @@ class MemoryTracker:
         self.settings = settings
         self.state = OriginState()
         self.lock = threading.Lock()
-
-    def healthy(self, now: float) -> bool:
-        return st.healthy(self.state, now)
+        # the fast lane's two calls, bound to the state once (lock-free; see OriginState)
+        self.healthy: Callable[[float], bool] = functools.partial(st.healthy, self.state)
+        self.note_success: Callable[[float], None] = self.state.succeeded
 
     def try_now(self, now: float) -> bool:
         with self.lock:
@@ -132,9 +137,6 @@ class MemoryTracker:
         with self.lock:
             self.state.in_flight = max(0, self.state.in_flight - 1)
             self.state.known = True
-
-    def note_success(self, now: float) -> None:
-        self.state.succeeded(now)  # lock-free: see OriginState.succeeded
 
     def observe(
         self,
@@ -170,19 +172,17 @@ class MemoryTracker:
 class MemoryStore:
     """The default store: state in this process, shared by its threads and event loops."""
 
-    __slots__ = ("_map",)
+    __slots__ = ("_map", "peek")
 
     def __init__(self, settings: Settings, *, max_keys: int = 1024) -> None:
         """Keep the state of at most ``max_keys`` keys (least recently used forgotten)."""
         self._map: LruMap[str, MemoryTracker] = LruMap(
             max_keys, lambda key: MemoryTracker(key, settings)
         )
+        self.peek: Callable[[str], MemoryTracker | None] = self._map.peek
 
     def tracker(self, key: str) -> MemoryTracker:
         return self._map.get(key)
-
-    def peek(self, key: str) -> MemoryTracker | None:
-        return self._map.peek(key)
 
     def keys(self) -> list[str]:
         return self._map.keys()
