@@ -37,7 +37,7 @@ class Lane(IntEnum):
 
 #: The attempt was not sent on the fast lane.
 NOT_SENT: tuple[None, None, None, Lane] = (None, None, None, Lane.FLOW)
-_NOT_ENTERED: tuple[Lane, None] = (Lane.FLOW, None)
+_NOT_ENTERED: tuple[Lane, None, float] = (Lane.FLOW, None, 0.0)
 
 
 class _Response(Protocol):
@@ -71,19 +71,21 @@ class FastLane:
         self._access = access
         self._has_hints: Callable[[Any], bool] = functools.partial(has_hints, access=access)
 
-    def enter(self, origin: str) -> tuple[Lane, Tracker | None]:
-        """May a first attempt to ``origin`` be sent at once?  The lane and the tracker."""
+    def enter(self, origin: str) -> tuple[Lane, Tracker | None, float]:
+        """May a first attempt to ``origin`` be sent at once?  The lane, tracker and time."""
         if testing.current() is not None:
             return _NOT_ENTERED
         pacer = self.pacer
         now = pacer.clock()
         tracker = pacer.peek(origin)
         if tracker is not None and tracker.healthy(now):
-            return Lane.HEALTHY, tracker
+            return Lane.HEALTHY, tracker, now
         tracker = pacer.track(origin)
-        return (Lane.ADMITTED, tracker) if tracker.try_now(now) else _NOT_ENTERED
+        return (Lane.ADMITTED, tracker, now) if tracker.try_now(now) else _NOT_ENTERED
 
-    def leave(self, tracker: Tracker, lane: Lane, response: _Response) -> dict[str, Any] | None:
+    def leave(
+        self, tracker: Tracker, lane: Lane, sent_at: float, response: _Response
+    ) -> dict[str, Any] | None:
         """The record when ``response`` ends the call (learned from); ``None``: to the flow."""
         status, headers = response.status_code, response.headers
         now = self.pacer.clock()
@@ -91,10 +93,10 @@ class FastLane:
             hints = read_fields(headers, self._access)
             if not ends_call(self._policy, status, hints):
                 return None  # the flow decides (and records why)
-            tracker.observe(status, hints, now, counted=lane is Lane.ADMITTED)
+            tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED)
         elif lane is not Lane.HEALTHY or self._has_hints(headers):
             hints = read_fields(headers, self._access)
-            tracker.observe(status, hints, now, counted=lane is Lane.ADMITTED)
+            tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED)
         else:
             tracker.note_success(now)  # a plain success on a healthy origin: lock-free
         budget = self._policy.budget
@@ -139,14 +141,14 @@ def first_try(
     reply_of: Callable[[RS], Reply],
 ) -> FirstAttempt[RS]:
     """Send ``request`` at once when the fast lane admits it (see :class:`FastLane`)."""
-    entry, tracker = lane.enter(origin)
+    entry, tracker, sent_at = lane.enter(origin)
     if tracker is None:
         return NOT_SENT
     try:
         response = send(request)
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry
-    record = lane.leave(tracker, entry, response)
+    record = lane.leave(tracker, entry, sent_at, response)
     if record is not None:
         return response, None, record, entry
     try:
@@ -165,14 +167,14 @@ async def first_try_async(
     reply_of: Callable[[RS], Reply],
 ) -> FirstAttempt[RS]:
     """Async twin of :func:`first_try`."""
-    entry, tracker = lane.enter(origin)
+    entry, tracker, sent_at = lane.enter(origin)
     if tracker is None:
         return NOT_SENT
     try:
         response = await send(request)
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry
-    record = lane.leave(tracker, entry, response)
+    record = lane.leave(tracker, entry, sent_at, response)
     if record is not None:
         return response, None, record, entry
     try:

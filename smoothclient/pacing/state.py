@@ -25,8 +25,11 @@ first request to an origin    a probe: concurrent requests wait for its response
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
@@ -54,10 +57,30 @@ LOW_WATER = 0.1
 HORIZON = 0.25
 #: How often a request waiting on a cold-start probe checks again.
 PROBE_POLL = 0.005
+#: The delivered rate is measured over this many seconds.
+EPOCH = 1.0
+#: A cut after which the share of throttles stays above this fraction of what it was did not
+#: help: the throttles are noise, not a limiter.
+NOISE = 0.5
+#: ... judged on at least this many throttles since the cut.
+NOISE_EVIDENCE = 3
+#: Past the measured admitted rate, a learned rate grows by this many req/s each second.
+PROBE_GAIN = 0.3
+#: How long the requests behind a window's reset probe wait for its answer, at most.
+PROBE_WAIT = 1.0
+#: How much evidence (requests sent while the quota was spent, before its reset: admitted
+#: count +1, rejected -1, older evidence fading) makes the model a bucket or a window.
+EVIDENCE = 1.5
 #: How many quota sizes per origin keep a guessed window (for quotas that state none).
 MAX_WINDOW_GUESSES = 8
 #: Successes kept per origin (the last second's, for a learned rate): caps that estimate.
 MAX_SUCCESSES = 4096
+
+
+#: What the server's quota does between its resets, as learned from the evidence:
+#: ``"bucket"`` refills continuously (paced by the GCRA mirror), ``"window"`` refills at its
+#: reset (a fixed or moving window: the ledger), ``"unknown"`` paced like a bucket.
+Kind = Literal["unknown", "bucket", "window"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +132,11 @@ class OriginState:
     # quota size -> longest time-to-reset seen with it, for quotas that state no window (one
     # origin can have several: GitHub's core 5000 an hour and search 30 a minute)
     window_guesses: dict[float | None, float] = field(default_factory=dict)
-    ceiling: float = float("inf")  # the learned rate at the last throttle
+    ceiling: float = float("inf")  # the admitted rate measured at the last cut
+    throttles: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SUCCESSES))
+    last_cut: float = -1e18
+    cut: tuple[float, float | None, float] | None = None  # (when, rate before, throttle share)
+    noise_until: float = -1e18
     limit: float | None = None
     learned: bool = False
     last_throttle: float = -1e18
@@ -118,6 +145,12 @@ class OriginState:
     waiting: int = 0
     in_flight: int = 0
     budgets: dict[RetryBudget, BudgetCounts] = field(default_factory=dict)
+    # the limiter model (see Kind): what the server's quota does between its resets
+    kind: Kind = "unknown"
+    evidence: float = 0.0  # > 0: the quota refills before its reset (a bucket); < 0: a window
+    avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
+    exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
+    reset_probe: float | None = None  # when the request probing a window's reset went
 
     def succeeded(self, now: float) -> None:
         """
@@ -166,27 +199,67 @@ def acquire(
     probing = _probing(o, s, now)
     if probing is not None:
         return probing
-    at = o.pace.earliest(max(now, not_before, o.gate))
+    at = _slot(o, max(now, not_before, o.gate))
+    if at is None:  # a reset is being probed: its answer says how many may go
+        return Admission(max(PROBE_POLL, (o.reset_probe or now) - now + PROBE_POLL), final=False)
     if deadline is not None and at > deadline:
         return Admission(at - now, final=True, granted=False)
     if at - now > HORIZON:
         # too far ahead to fix a slot: the rate may change before then; ask again
         return Admission(at - now - HORIZON / 2, final=False)
-    o.pace.take(at)
+    _take(o, at)
     o.waiting += 1
     return Admission(at - now)
 
 
+def _slot(o: OriginState, at: float) -> float | None:
+    """
+    The earliest time from ``at`` the model admits a request; ``None``: after a probe's answer.
+
+    What the ledger says the quota still holds goes at once (at the pace of the GCRA mirror,
+    if any).  Once it is spent, a bucket (or an unknown limiter with a known rate) is paced by
+    the GCRA mirror; a window, or a quota whose rate is unknown, admits nothing until its
+    reset, and after the reset one request goes alone: its answer says what the new window
+    holds.
+    """
+    if o.avail is None or o.avail >= 1 or (o.kind != "window" and o.pace.interval):
+        return o.pace.earliest(at)
+    if o.reset_probe is not None and at < o.reset_probe + PROBE_WAIT:
+        return None  # another request probes the reset
+    return at if o.reset_at is None else max(at, o.reset_at)
+
+
+def _take(o: OriginState, at: float) -> None:
+    """Spend a slot at ``at``: the GCRA's, the ledger's, or the reset probe's."""
+    o.pace.take(at)
+    if o.avail is not None:
+        if o.avail < 1 and (o.kind == "window" or not o.pace.interval):
+            o.reset_probe = at  # this request probes the reset; the others wait for its answer
+        o.avail -= 1
+        if o.avail < 1 and o.exhausted is None and o.reset_at is not None and at < o.reset_at:
+            o.exhausted = (at, o.reset_at)
+
+
 def healthy(o: OriginState | None, now: float) -> bool:
-    """Known, open, unpaced, nobody waiting: a request needs no admission at all."""
-    return o is not None and o.known and not o.pace.interval and o.gate <= now and not o.waiting
+    """Known, open, unpaced, no quota ledger, nobody waiting: no admission needed at all."""
+    return (
+        o is not None
+        and o.known
+        and not o.pace.interval
+        and o.gate <= now
+        and not o.waiting
+        and o.kind != "window"
+    )
 
 
 def try_now(o: OriginState, s: Settings, now: float) -> bool:
     """Admit one request at once if a slot is free now (counted in flight); else nothing."""
-    if _probing(o, s, now) is not None or o.waiting or o.pace.earliest(max(now, o.gate)) > now:
+    if _probing(o, s, now) is not None or o.waiting:
         return False
-    o.pace.take(now)
+    at = _slot(o, max(now, o.gate))
+    if at is None or at > now:
+        return False
+    _take(o, now)
     o.in_flight += 1
     return True
 
@@ -218,17 +291,59 @@ def observe(
     o.known = True
     throttled = status == 429 or (status == 503 and hints.retry_after is not None)
     throttled = throttled or (status == 403 and hints.exhausted)
-    if hints.retry_after is not None and status >= 300:
+    if hints.retry_after is not None and status >= 300 and status != 429:
+        # a 503's Retry-After speaks for the whole origin; a 429's only for its request
+        # (the limiter model or the learned rate holds the others back as far as needed)
         o.gate = max(o.gate, now + hints.retry_after)
     if hints.remaining is not None and hints.unit == "requests":
+        _weigh(o, status, sent_at)
         _quota(o, hints, now, throttled=throttled)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
     elif throttled:
-        if sent_at is None or sent_at > o.last_throttle:
-            _throttled(o, s, now)
+        _throttled(o, s, now, sent_at)
     elif o.learned:
         _recovered(o, s, now)
+
+
+def _weigh(o: OriginState, status: int, sent_at: float | None) -> None:
+    """
+    Weigh a response to a request sent while the ledger said the quota was spent.
+
+    A bucket refills continuously, so such a request often gets through before the reset; a
+    window refills only at its reset, so it is rejected.  Older evidence fades.
+    """
+    spent = o.exhausted
+    if spent is None or sent_at is None or not spent[0] <= sent_at < spent[1]:
+        return
+    o.evidence = o.evidence * 0.7 + (1.0 if status < 400 else -1.0 if status == 429 else 0.0)
+    if o.evidence >= EVIDENCE:
+        o.kind = "bucket"
+    elif o.evidence <= -EVIDENCE:
+        o.kind = "window"
+
+
+def _ledger(o: OriginState, remaining: float, reset_after: float | None, now: float) -> None:
+    """
+    Keep the ledger: what the quota still admits before its reset.
+
+    A report may lower it at any time (someone else spent some).  It raises it only when a
+    new window began (the reset passed, or moved on): a report that left the server before
+    our latest sends would otherwise give back tokens that are gone.
+    """
+    left = remaining - o.in_flight - o.waiting
+    new_window = o.reset_at is not None and (
+        now >= o.reset_at or (reset_after is not None and now + reset_after > o.reset_at + 0.001)
+    )
+    if o.avail is None or left < o.avail or new_window:
+        o.avail = left
+    if o.reset_probe is not None and now >= o.reset_probe:
+        o.reset_probe = None  # answered: the ledger says what may go, or the next reset
+    if o.avail >= 1:
+        o.exhausted = None
+        o.reset_probe = None
+    elif reset_after is not None:  # spent since the first report that said so, until the reset
+        o.exhausted = (now if o.exhausted is None else o.exhausted[0], now + reset_after)
 
 
 def _guess_window(o: OriginState, limit: float | None, reset_after: float | None) -> float:
@@ -255,12 +370,15 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
     o.learned = False
     o.limit = hints.limit
     available = hints.remaining - o.in_flight
+    _ledger(o, hints.remaining, hints.reset_after, now)
     if hints.reset_after is not None:
         o.reset_at = now + hints.reset_after
     limit, window = hints.limit, hints.window
     if not window:  # none stated (or a useless 0)
         window = _guess_window(o, limit, hints.reset_after)
-    if limit and window:
+    if o.kind == "window":
+        pace.rate = None  # the ledger paces a window: all it holds now, then its reset
+    elif limit and window:
         # mirror the server's bucket: refill at limit / window (stated, or over the
         # longest time-to-reset seen), burst up to what the server has said is left
         pace.rate = limit / window
@@ -285,19 +403,60 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
             pace.tat = max(pace.tat, now + (pace.burst - tokens) * pace.interval)
 
 
-def _throttled(o: OriginState, s: Settings, now: float) -> None:
-    """Multiplicative decrease of a learned rate (the server said nothing but 429)."""
+def _recent(times: deque[float], since: float) -> int:
+    """How many of ``times`` (ascending) are at or after ``since``."""
+    return len(times) - bisect.bisect_left(times, since)
+
+
+def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
+    """
+    The rate controller for limiters that say nothing but 429: AIMD on the delivered rate.
+
+    A throttle (at most one cut per request sent after the last cut, as TCP cuts once per
+    round trip) sets the rate to what got through in the last :data:`EPOCH`: above a limiter's
+    rate exactly its rate, so one cut lands on it; for N clients sharing nothing, each one's
+    share, which is its rate times (admitted / sum of rates): a multiplicative decrease by the
+    same measured factor for all.  Between throttles the rate grows: multiplicatively until
+    it reaches the last measured admitted rate (a slow start; the first measurement, taken
+    during the first burst, is no ceiling), then additively by :data:`PROBE_GAIN` per second.
+    Additive increase with multiplicative decrease is the law that converges N senders to
+    fair shares without starving any (Chiu and Jain, 1989), and measuring the decrease keeps
+    one sender at 90-100% of the admitted rate.
+
+    Throttles that do not follow the rate (a flaky proxy answering a share of requests 429
+    whatever the rate) must not drive it down without limit: a cut after which the share of
+    throttles did not fall is undone, and throttles are then ignored for a while.
+    """
     pace = o.pace
     o.last_throttle = now
-    if not o.learned or pace.rate is None:
-        recent = sum(1 for t in o.successes if t >= now - 1.0)
-        if recent == 0:
-            return  # no evidence of any admitted rate yet: leave it to jittered backoff
-        pace.rate = max(s.learned_floor, float(recent))
-    else:
-        o.ceiling = pace.rate
-        pace.rate = max(s.learned_floor, pace.rate * 0.7)
+    o.throttles.append(now)
+    if o.throttles[0] < now - EPOCH:
+        o.throttles.popleft()
+    if now < o.noise_until or (sent_at is not None and sent_at <= o.last_cut):
+        return
+    since = now - EPOCH
+    delivered, throttled = _recent(o.successes, since), _recent(o.throttles, since)
+    share = throttled / (throttled + delivered)
+    cut = o.cut
+    if cut is not None and now - cut[0] >= EPOCH / 2:
+        after = cut[0] + 1e-9  # since the cut: did it lower the share of throttles?
+        late = _recent(o.throttles, after)
+        if late >= NOISE_EVIDENCE and late >= NOISE * cut[2] * (late + _recent(o.successes, after)):
+            pace.rate = cut[1]  # no: they do not follow the rate (noise); undo the cut
+            o.cut = None
+            o.noise_until = now + 10 * EPOCH
+            return
+    if not delivered and not o.learned:
+        return  # no evidence of any admitted rate yet: leave it to jittered backoff
+    before = pace.rate
+    rate = max(s.learned_floor, delivered / EPOCH if delivered else (before or 1.0) * 0.5)
+    if before is not None and o.learned:
+        rate = min(rate, before)
+    o.ceiling = rate if o.learned else math.inf
+    o.cut = (now, before, share)
+    o.last_cut = now
     o.learned = True
+    pace.rate = rate
     pace.burst = 1.0
     pace.tat = max(pace.tat, now)
 
@@ -307,11 +466,11 @@ def _recovered(o: OriginState, s: Settings, now: float) -> None:
     if now - o.last_throttle > s.quiet:
         o.learned = False
         pace.rate = None
+        o.cut = None
     elif pace.rate is not None:
-        # grow fast far below the rate that was last throttled, slowly close to it
-        # (per second: about x1.65 far below it, x1.05 close to it, whatever the rate)
-        gain = 0.5 if pace.rate < 0.85 * o.ceiling else 0.05
-        pace.rate *= 1 + gain / pace.rate
+        # per success: below the measured admitted rate about x1.5 a second (half a
+        # request per success), above it PROBE_GAIN req/s a second
+        pace.rate += 0.5 if pace.rate < o.ceiling else PROBE_GAIN / pace.rate
 
 
 # ---------------------------------------------------------------------------- views

@@ -254,14 +254,14 @@ async def test_async_raising_on_retry_hook_leaks_no_connection(clock: FakeClock)
 
 
 def test_shared_pacer_gates_other_transports(clock: FakeClock) -> None:
-    """A Retry-After seen by one transport holds back another sharing the pacer."""
+    """A 503's Retry-After seen by one transport holds back another sharing the pacer."""
     pacer = Pacer(clock=clock, probe=0)
     calls: list[float] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(clock())
         if len(calls) == 1:
-            return httpx.Response(429, headers={"Retry-After": "2"})
+            return httpx.Response(503, headers={"Retry-After": "2"})
         return httpx.Response(200)
 
     a = SmoothTransport(
@@ -269,7 +269,7 @@ def test_shared_pacer_gates_other_transports(clock: FakeClock) -> None:
     )
     b = SmoothTransport(httpx.MockTransport(handler), pacer=pacer, sleep=clock.sleep)
     with httpx.Client(transport=a) as ca, httpx.Client(transport=b) as cb:
-        assert ca.get(URL).status_code == 429
+        assert ca.get(URL).status_code == 503
         assert cb.get(URL).status_code == 200
     assert calls[1] - calls[0] >= 2.0
 

@@ -80,12 +80,24 @@ def test_stated_rate_paces_after_the_burst() -> None:
     assert gaps == [0.1] * 6
 
 
-def test_retry_after_gates_everyone() -> None:
+def test_a_429s_retry_after_holds_back_only_its_own_request() -> None:
+    """Others are held back by the admitted rate, not by another request's Retry-After."""
     p = Pacer(probe=0)
     known(p)
     p.track(ORIGIN).acquire(0.0)
     p.track(ORIGIN).sent()
     p.track(ORIGIN).observe(429, Hints(retry_after=5.0), 0.0)
+    assert p.track(ORIGIN).cohort(0.0).opens_in == 0.0
+    assert p.track(ORIGIN).acquire(0.0).delay == 0.0
+
+
+def test_a_503s_retry_after_gates_everyone() -> None:
+    """A 503's Retry-After speaks for the whole origin (a load balancer, a maintenance)."""
+    p = Pacer(probe=0)
+    known(p)
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).sent()
+    p.track(ORIGIN).observe(503, Hints(retry_after=5.0), 0.0)
     a = p.track(ORIGIN).acquire(0.0)
     assert not a.final  # 5 s away: beyond the horizon
     assert p.track(ORIGIN).acquire(4.9).delay == pytest.approx(0.1)
@@ -121,7 +133,7 @@ def test_deadline_refuses_without_reserving() -> None:
 
 
 def test_learned_rate_without_headers() -> None:
-    """Throttles with no quota headers: start at the recent success rate, cut, then grow."""
+    """Throttles with no quota headers: the rate is what got through; slow start; probing."""
     p = Pacer(probe=0)
     for i in range(5):
         known(p, now=0.01 * i)
@@ -129,18 +141,19 @@ def test_learned_rate_without_headers() -> None:
         p.track(ORIGIN).acquire(0.1)
         p.track(ORIGIN).sent()
     p.track(ORIGIN).observe(429, Hints(retry_after=1.0), 0.1, sent_at=0.05)
-    assert p.view(ORIGIN).rate == 5.0
+    assert p.view(ORIGIN).rate == 5.0  # 5 got through in the last second
     assert p.view(ORIGIN).learned
-    p.track(ORIGIN).observe(
-        429, Hints(retry_after=1.0), 0.1, sent_at=0.05
-    )  # same wave: no second cut
+    # the same wave (sent before the cut): no second cut
+    p.track(ORIGIN).observe(429, Hints(retry_after=1.0), 0.1, sent_at=0.05)
     assert p.view(ORIGIN).rate == 5.0
-    p.track(ORIGIN).observe(429, Hints(retry_after=1.0), 0.5, sent_at=0.2)
-    assert p.view(ORIGIN).rate == pytest.approx(3.5)
-    p.track(ORIGIN).acquire(2.0)
-    p.track(ORIGIN).sent()
-    p.track(ORIGIN).observe(200, Hints(), 2.0)
-    assert p.view(ORIGIN).rate == pytest.approx(3.5 * (1 + 0.5 / 3.5))
+    p.track(ORIGIN).observe(200, Hints(), 0.2)  # below the (not yet measured) ceiling: x1.5/s
+    assert p.view(ORIGIN).rate == pytest.approx(5.5)
+    for i in range(6):  # 6 got through in the last second, then a throttle: the admitted rate
+        p.track(ORIGIN).observe(200, Hints(), 1.3 + i * 0.01)
+    p.track(ORIGIN).observe(429, Hints(retry_after=1.0), 1.4, sent_at=1.35)
+    assert p.view(ORIGIN).rate == 6.0
+    p.track(ORIGIN).observe(200, Hints(), 1.5)  # at the measured rate: additive probing
+    assert p.view(ORIGIN).rate == pytest.approx(6.0 + 0.3 / 6.0)
     p.track(ORIGIN).acquire(40.0)
     p.track(ORIGIN).sent()
     p.track(ORIGIN).observe(200, Hints(), 40.0)  # a quiet spell: pacing dropped
@@ -242,7 +255,7 @@ def test_try_now_respects_gate_queue_and_probe() -> None:
     p = Pacer(probe=0.25)
     assert p.track(ORIGIN).try_now(0.0)  # the cold-start probe itself
     assert not p.track(ORIGIN).try_now(0.01)  # others wait for its response
-    p.track(ORIGIN).observe(429, Hints(retry_after=2.0), 0.02)
+    p.track(ORIGIN).observe(503, Hints(retry_after=2.0), 0.02)
     assert not p.track(ORIGIN).try_now(1.0)  # the gate is closed
     assert p.track(ORIGIN).acquire(2.1).final  # somebody is waiting for a slot...
     assert not p.track(ORIGIN).try_now(2.1)  # ...so nobody jumps the queue

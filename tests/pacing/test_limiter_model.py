@@ -1,0 +1,134 @@
+"""
+The limiter model and the rate controller, against every kind of limiter, in virtual time.
+
+Each herd runs through the real async transport on trio's virtual clock (milliseconds of
+real time); the bounds are looser than the benchmark targets because trio shuffles task order.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from smoothclient import Hints, Pacer
+from smoothclient.pacing.store import MemoryTracker
+from smoothclient.tools.limiters import (
+    FixedWindow,
+    Limiter,
+    MovingWindow,
+    Noisy,
+    Style,
+    TokenBucket,
+    run_herd,
+)
+
+ORIGIN = "http://api.test:80"
+
+
+def tracker(p: Pacer) -> MemoryTracker:
+    found = p.track(ORIGIN)
+    assert isinstance(found, MemoryTracker)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "limiter", "style", "calls", "retry_after"),
+    [
+        ("token bucket, IETF headers", TokenBucket(10, 1.0, 5), "ietf", 60, None),
+        ("token bucket, X-RateLimit (reset = next token)", TokenBucket(10, 1.0, 5), "x", 60, None),
+        (
+            "token bucket, GitHub-style whole-second reset",
+            TokenBucket(10, 1.0, 5),
+            "github",
+            60,
+            None,
+        ),
+        ("leaky bucket, bare 429 (nginx)", TokenBucket(10, 1.0, 6), "bare", 60, None),
+        ("token bucket, only Retry-After: 1", TokenBucket(5, 1.0, 3), "retry-after", 30, 1.0),
+        ("fixed window, fractional epoch reset", FixedWindow(10, 1.0), "x", 60, None),
+        ("moving window", MovingWindow(20, 1.0), "x", 100, None),
+    ],
+)
+def test_one_client_drains_near_the_ideal_without_extra_429s(
+    name: str, limiter: Limiter, style: Style, calls: int, retry_after: float | None
+) -> None:
+    """Every limiter kind: close to the drain time it allows, hardly a 429 past the first wave."""
+    result = run_herd(limiter, style, calls, retry_after=retry_after)
+    assert result.failed == 0
+    assert result.ratio <= 1.45, name
+    assert result.extra_429s_per_call <= 0.12, name
+
+
+@pytest.mark.parametrize(
+    ("limiter", "style", "retry_after"),
+    [
+        (TokenBucket(10, 1.0, 6), "bare", None),
+        (FixedWindow(10, 1.0), "x", None),
+        (TokenBucket(5, 1.0, 3), "retry-after", 1.0),
+    ],
+)
+def test_a_fleet_sharing_nothing_finishes_without_starving(
+    limiter: Limiter, style: Style, retry_after: float | None
+) -> None:
+    """Three processes, no shared state: all calls done within twice the ideal."""
+    result = run_herd(limiter, style, 20, procs=3, retry_after=retry_after)
+    assert result.failed == 0
+    assert result.ratio <= 2.0
+
+
+def test_noisy_429s_do_not_collapse_the_rate() -> None:
+    """30% of answers 429 whatever the rate: the throughput stays far above the floor."""
+    result = run_herd(Noisy(0.3, retry_in=0.05), "retry-after", 400, retry_after=0.05)
+    assert result.failed == 0
+    assert 400 / result.elapsed >= 100
+
+
+def test_a_window_is_recognised_and_waited_out() -> None:
+    """Requests sent into a spent quota are rejected: a window; then nothing goes before reset."""
+    p = Pacer(probe=0)
+    t = tracker(p)
+    quota = Hints(remaining=0, limit=10, window=1.0, reset_after=0.6)
+    t.acquire(0.0)
+    t.sent()
+    t.observe(200, quota, 0.0, sent_at=0.0)  # spent until 0.6
+    for now in (0.1, 0.2):  # paced into the spent quota (a bucket would admit them)
+        assert t.acquire(now).delay == pytest.approx(0.0, abs=1e-9)
+        t.sent()
+    for now in (0.1, 0.2):  # a window rejects them
+        left = Hints(remaining=0, limit=10, window=1.0, reset_after=0.6 - now)
+        t.observe(429, left, now + 0.01, sent_at=now)
+    assert t.state.kind == "window"
+    probe = t.acquire(0.5)  # nothing before the reset (the throttles closed the gate to 0.61)
+    assert probe.final
+    assert probe.delay == pytest.approx(0.11)  # the reset itself: one probe goes
+    t.sent()
+    assert not t.acquire(0.5).final  # the others wait for the probe's answer
+    t.observe(200, Hints(remaining=9, limit=10, window=1.0, reset_after=1.0), 0.61, sent_at=0.6)
+    delays = [t.acquire(0.62).delay for _ in range(9)]
+    assert delays == pytest.approx([0.0] * 9, abs=1e-9)  # the new window, at once
+
+
+def test_a_bucket_is_recognised_and_paced() -> None:
+    """Requests sent into a spent quota get through: a bucket, paced by its stated rate."""
+    p = Pacer(probe=0)
+    t = tracker(p)
+    t.acquire(0.0)
+    t.sent()
+    t.observe(200, Hints(remaining=0, limit=10, window=1.0, reset_after=1.0), 0.0, sent_at=0.0)
+    for now in (0.1, 0.2):
+        assert t.acquire(now).final
+        t.sent()
+        t.observe(200, Hints(remaining=0, limit=10, window=1.0, reset_after=1.0), now, sent_at=now)
+    assert t.state.kind == "bucket"
+    assert t.acquire(0.25).delay == pytest.approx(0.05)  # the next token, not the reset
+
+
+def test_a_ledger_never_spends_more_than_the_server_said_is_left() -> None:
+    """Four left: four go at once; the fifth waits for the reset (no rate known)."""
+    p = Pacer(probe=0)
+    t = tracker(p)
+    t.acquire(0.0)
+    t.sent()
+    t.observe(200, Hints(remaining=4, reset_after=0.5), 0.0, sent_at=0.0)
+    assert [t.acquire(0.01).delay for _ in range(4)] == pytest.approx([0.0] * 4, abs=1e-9)
+    assert not t.acquire(0.01).final  # nothing more before the reset at 0.5
+    assert t.acquire(0.3).delay == pytest.approx(0.2)
