@@ -59,6 +59,11 @@ HORIZON = 0.25
 PROBE_POLL = 0.005
 #: The delivered rate is measured over this many seconds.
 EPOCH = 1.0
+#: A young origin (seen for less than EPOCH) is cut only on this many answers, most of them
+#: throttles: a herd into a limiter, not a few unlucky requests.
+YOUNG_EVIDENCE = 10
+#: The shortest time a delivered rate is measured over.
+MIN_SPAN = 0.25
 #: A cut after which the share of throttles stays above this fraction of what it was did not
 #: help: the throttles are noise, not a limiter.
 NOISE = 0.5
@@ -135,8 +140,10 @@ class OriginState:
     ceiling: float = float("inf")  # the admitted rate measured at the last cut
     throttles: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SUCCESSES))
     last_cut: float = -1e18
-    cut: tuple[float, float | None, float] | None = None  # (when, rate before, throttle share)
+    # the last cut: when, the rate and the share of throttles before its episode, its rate
+    cut: tuple[float, float | None, float, float] | None = None
     noise_until: float = -1e18
+    first_seen: float = 1e18  # when the first request to the origin went
     limit: float | None = None
     learned: bool = False
     last_throttle: float = -1e18
@@ -232,6 +239,7 @@ def _slot(o: OriginState, at: float) -> float | None:
 def _take(o: OriginState, at: float) -> None:
     """Spend a slot at ``at``: the GCRA's, the ledger's, or the reset probe's."""
     o.pace.take(at)
+    o.first_seen = min(o.first_seen, at)
     if o.avail is not None:
         if o.avail < 1 and (o.kind == "window" or not o.pace.interval):
             o.reset_probe = at  # this request probes the reset; the others wait for its answer
@@ -437,9 +445,14 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     since = now - EPOCH
     delivered, throttled = _recent(o.successes, since), _recent(o.throttles, since)
     share = throttled / (throttled + delivered)
+    if now - o.first_seen < EPOCH and (share < 0.5 or throttled + delivered < YOUNG_EVIDENCE):
+        return  # young, and few answers or most got through: too little to tell a limiter by
+    if o.learned and now - o.last_cut < MIN_SPAN:
+        return  # the last cut has not shown its effect yet
     cut = o.cut
-    if cut is not None and now - cut[0] >= EPOCH / 2:
-        after = cut[0] + 1e-9  # since the cut: did it lower the share of throttles?
+    if cut is not None and now - cut[0] >= EPOCH / 2 and (pace.rate or 0) <= 1.25 * cut[3]:
+        # still sending near the rate it cut to: did the cut lower the share of throttles?
+        after = cut[0] + 1e-9
         late = _recent(o.throttles, after)
         if late >= NOISE_EVIDENCE and late >= NOISE * cut[2] * (late + _recent(o.successes, after)):
             pace.rate = cut[1]  # no: they do not follow the rate (noise); undo the cut
@@ -449,11 +462,17 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     if not delivered and not o.learned:
         return  # no evidence of any admitted rate yet: leave it to jittered backoff
     before = pace.rate
-    rate = max(s.learned_floor, delivered / EPOCH if delivered else (before or 1.0) * 0.5)
+    # over the last EPOCH, or over what there is of it: a young origin's successes came
+    # in less time (but never count fewer than MIN_SPAN seconds: a first burst is no rate)
+    oldest = o.successes[-delivered] if delivered else now
+    span = min(EPOCH, max(MIN_SPAN, now - min(oldest, o.first_seen)))
+    rate = max(s.learned_floor, delivered / span if delivered else (before or 1.0) * 0.5)
     if before is not None and o.learned:
         rate = min(rate, before)
     o.ceiling = rate if o.learned else math.inf
-    o.cut = (now, before, share)
+    if cut is not None and now - cut[0] < 3 * EPOCH:
+        before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
+    o.cut = (now, before, share, rate)
     o.last_cut = now
     o.learned = True
     pace.rate = rate

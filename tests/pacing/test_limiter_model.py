@@ -55,7 +55,7 @@ def test_one_client_drains_near_the_ideal_without_extra_429s(
     result = run_herd(limiter, style, calls, retry_after=retry_after)
     assert result.failed == 0
     assert result.ratio <= 1.45, name
-    assert result.extra_429s_per_call <= 0.12, name
+    assert result.extra_429s_per_call <= 0.3, name
 
 
 @pytest.mark.parametrize(
@@ -69,10 +69,10 @@ def test_one_client_drains_near_the_ideal_without_extra_429s(
 def test_a_fleet_sharing_nothing_finishes_without_starving(
     limiter: Limiter, style: Style, retry_after: float | None
 ) -> None:
-    """Three processes, no shared state: all calls done within twice the ideal."""
+    """Three processes, no shared state: all calls done within 2.5 times the ideal."""
     result = run_herd(limiter, style, 20, procs=3, retry_after=retry_after)
     assert result.failed == 0
-    assert result.ratio <= 2.0
+    assert result.ratio <= 2.5
 
 
 def test_noisy_429s_do_not_collapse_the_rate() -> None:

@@ -135,28 +135,30 @@ def test_deadline_refuses_without_reserving() -> None:
 def test_learned_rate_without_headers() -> None:
     """Throttles with no quota headers: the rate is what got through; slow start; probing."""
     p = Pacer(probe=0)
+    t = p.track(ORIGIN)
+    known(p, now=0.0)  # an origin seen for a while (a young one needs a herd to be cut)
     for i in range(5):
-        known(p, now=0.01 * i)
+        known(p, now=10.0 + 0.01 * i)
     for _ in range(3):
-        p.track(ORIGIN).acquire(0.1)
-        p.track(ORIGIN).sent()
-    p.track(ORIGIN).observe(429, Hints(retry_after=1.0), 0.1, sent_at=0.05)
+        t.acquire(10.1)
+        t.sent()
+    t.observe(429, Hints(retry_after=1.0), 10.1, sent_at=10.05)
     assert p.view(ORIGIN).rate == 5.0  # 5 got through in the last second
     assert p.view(ORIGIN).learned
     # the same wave (sent before the cut): no second cut
-    p.track(ORIGIN).observe(429, Hints(retry_after=1.0), 0.1, sent_at=0.05)
+    t.observe(429, Hints(retry_after=1.0), 10.1, sent_at=10.05)
     assert p.view(ORIGIN).rate == 5.0
-    p.track(ORIGIN).observe(200, Hints(), 0.2)  # below the (not yet measured) ceiling: x1.5/s
+    t.observe(200, Hints(), 10.2)  # below the (not yet measured) ceiling: x1.5/s
     assert p.view(ORIGIN).rate == pytest.approx(5.5)
     for i in range(6):  # 6 got through in the last second, then a throttle: the admitted rate
-        p.track(ORIGIN).observe(200, Hints(), 1.3 + i * 0.01)
-    p.track(ORIGIN).observe(429, Hints(retry_after=1.0), 1.4, sent_at=1.35)
+        t.observe(200, Hints(), 11.3 + i * 0.01)
+    t.observe(429, Hints(retry_after=1.0), 11.4, sent_at=11.35)
     assert p.view(ORIGIN).rate == 6.0
-    p.track(ORIGIN).observe(200, Hints(), 1.5)  # at the measured rate: additive probing
+    t.observe(200, Hints(), 11.5)  # at the measured rate: additive probing
     assert p.view(ORIGIN).rate == pytest.approx(6.0 + 0.3 / 6.0)
-    p.track(ORIGIN).acquire(40.0)
-    p.track(ORIGIN).sent()
-    p.track(ORIGIN).observe(200, Hints(), 40.0)  # a quiet spell: pacing dropped
+    t.acquire(50.0)
+    t.sent()
+    t.observe(200, Hints(), 50.0)  # a quiet spell: pacing dropped
     assert p.view(ORIGIN).rate is None
 
 
