@@ -71,6 +71,8 @@ NOISE = 0.5
 NOISE_EVIDENCE = 3
 #: Past the measured admitted rate, a learned rate grows by this many req/s each second.
 PROBE_GAIN = 0.3
+#: After this many early probes in a row were rejected, a window's stated reset is trusted.
+EARLY_MISSES = 3
 #: How long the requests behind a window's reset probe wait for its answer, at most.
 PROBE_WAIT = 1.0
 #: How much evidence (requests sent while the quota was spent, before its reset: admitted
@@ -158,6 +160,9 @@ class OriginState:
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
     reset_probe: float | None = None  # when the request probing a window's reset went
+    early_at: float = 0.5  # where between spent and stated reset a window's early probe goes
+    early_misses: int = 0  # early probes in a row that the window rejected
+    early_sent: float | None = None  # when an early probe went, until its answer
 
     def succeeded(self, now: float) -> None:
         """
@@ -233,7 +238,15 @@ def _slot(o: OriginState, at: float) -> float | None:
         return o.pace.earliest(at)
     if o.reset_probe is not None and at < o.reset_probe + PROBE_WAIT:
         return None  # another request probes the reset
-    return at if o.reset_at is None else max(at, o.reset_at)
+    reset = o.reset_at
+    if reset is None:
+        return at
+    if o.kind == "window" and o.early_misses < EARLY_MISSES and o.exhausted and at < reset:
+        # A stated reset is a bound: servers round it up (GitHub) or add to it (slowapi adds
+        # a second).  One probe part of the way there tells: earlier next time when it got
+        # through, later when it did not, and no more early probes after a few misses.
+        return max(at, o.exhausted[0] + (reset - o.exhausted[0]) * o.early_at)
+    return max(at, reset)
 
 
 def _take(o: OriginState, at: float) -> None:
@@ -243,6 +256,8 @@ def _take(o: OriginState, at: float) -> None:
     if o.avail is not None:
         if o.avail < 1 and (o.kind == "window" or not o.pace.interval):
             o.reset_probe = at  # this request probes the reset; the others wait for its answer
+            if o.reset_at is not None and at < o.reset_at:
+                o.early_sent = at
         o.avail -= 1
         if o.avail < 1 and o.exhausted is None and o.reset_at is not None and at < o.reset_at:
             o.exhausted = (at, o.reset_at)
@@ -304,7 +319,14 @@ def observe(
         # (the limiter model or the learned rate holds the others back as far as needed)
         o.gate = max(o.gate, now + hints.retry_after)
     if hints.remaining is not None and hints.unit == "requests":
-        _weigh(o, status, sent_at)
+        if o.early_sent is not None and sent_at is not None and sent_at >= o.early_sent:
+            o.early_sent = None  # the answer to an early probe of a window's reset
+            if status < 400:
+                o.early_at, o.early_misses = max(0.3, o.early_at - 0.1), 0
+            else:
+                o.early_at, o.early_misses = (1 + o.early_at) / 2, o.early_misses + 1
+        else:
+            _weigh(o, status, sent_at)
         _quota(o, hints, now, throttled=throttled)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
@@ -322,7 +344,7 @@ def _weigh(o: OriginState, status: int, sent_at: float | None) -> None:
     window refills only at its reset, so it is rejected.  Older evidence fades.
     """
     spent = o.exhausted
-    if spent is None or sent_at is None or not spent[0] <= sent_at < spent[1]:
+    if spent is None or sent_at is None or not spent[0] < sent_at < spent[1]:
         return
     o.evidence = o.evidence * 0.7 + (1.0 if status < 400 else -1.0 if status == 429 else 0.0)
     if o.evidence >= EVIDENCE:
@@ -343,6 +365,8 @@ def _ledger(o: OriginState, remaining: float, reset_after: float | None, now: fl
     new_window = o.reset_at is not None and (
         now >= o.reset_at or (reset_after is not None and now + reset_after > o.reset_at + 0.001)
     )
+    if new_window:
+        o.exhausted = None  # a spent quota's period ends with its window
     if o.avail is None or left < o.avail or new_window:
         o.avail = left
     if o.reset_probe is not None and now >= o.reset_probe:
@@ -396,8 +420,8 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
         pace.burst = 1.0
     else:
         pace.rate = None
-    if throttled and hints.remaining <= 0 and hints.reset_after is not None:
-        o.gate = max(o.gate, now + hints.reset_after)
+    if throttled and hints.remaining <= 0 and hints.reset_after is not None and o.kind != "window":
+        o.gate = max(o.gate, now + hints.reset_after)  # a window's ledger waits (and probes)
     if pace.interval:
         tokens = available - o.waiting
         # Responses overtake each other: one that left the server before our latest sends

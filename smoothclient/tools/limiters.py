@@ -106,6 +106,7 @@ class FixedWindow:
     limit: int
     window: float = 1.0
     count_rejected: bool = True
+    reset_bias: float = 0.0  # a server that states its reset this much late (slowapi: 1 s)
     _start: float = field(default=-math.inf, init=False)
     _count: int = field(default=0, init=False)
 
@@ -117,7 +118,8 @@ class FixedWindow:
         if admitted or self.count_rejected:
             self._count += 1
         reset = self._start + self.window - now
-        return Verdict(admitted, max(0, self.limit - self._count), reset, reset)
+        stated = reset + self.reset_bias
+        return Verdict(admitted, max(0, self.limit - self._count), stated, stated)
 
     def ideal(self, calls: int) -> float:
         """A full window at once, then a full one at each window's end."""
