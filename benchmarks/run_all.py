@@ -12,6 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 BENCHMARKS = [
     ("Herd and batch against a local rate-limited server", "herd.py"),
+    ("Real rate limiters: nginx, slowapi windows, Retry-After only", "limiters.py"),
     ("Per-request overhead on a healthy origin", "overhead.py"),
     ("Cache expiry, stampedes and hot keys", "cache_expiry.py"),
 ]

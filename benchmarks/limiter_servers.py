@@ -1,0 +1,678 @@
+"""
+Real rate limiters on 127.0.0.1, each started on a free port for a ``with`` block.
+
+Each context manager yields a :class:`Running` server: its base URL, the :class:`Limit` it
+enforces (so the ideal drain time can be computed) and the arrivals it saw (server side).
+
+- :func:`nginx_limit_req`: nginx's ``limit_req`` (the system ``nginx``, installed from Debian's
+  ``nginx-light`` when missing and root).  Bare 429s: no ``Retry-After``, no quota headers.
+  With ``retry_after=N`` its 429s go through ``error_page`` to a location that adds
+  ``Retry-After: N`` and nothing else: that is the "Retry-After only" server.
+- :func:`slowapi_server`: a Starlette app limited by slowapi (on the ``limits`` package),
+  ``fixed-window`` or ``moving-window``, ``headers_enabled=True``, served by uvicorn.
+- :func:`limited_server`: smoothclient's own token-bucket test server, as a control.
+
+The Python servers run in a child process (so they never compete with the client for the
+GIL) that binds its own socket and talks to us over stdin/stdout: ``stats`` (arrivals as JSON),
+``reset`` (a fresh limiter, arrivals cleared), EOF (stop).  nginx runs as a ``master_process
+off`` child in a temp dir (config, pid, logs, temp paths, document root); its access log
+(``$msec $status``, in the temp dir) is how arrivals are counted, and "reset" restarts it.
+
+How many requests each limiter admits at once, and how fast afterwards (checked by
+``python benchmarks/limiter_servers.py``, which also prints the headers each one sends):
+
+- nginx ``rate=R burst=B nodelay``: a leaky bucket counted in milliseconds; it admits ``B + 1``
+  at once (the first request finds an empty bucket, then ``B`` more fit), then one per ``1/R``
+  s: a token bucket of ``B + 1`` tokens refilled at ``R``/s.
+- slowapi / limits fixed window ``L/W``: the window starts at the first hit after the last one
+  expired (in-memory storage: not aligned to the clock); every hit counts, admitted or not.
+- slowapi / limits moving window ``L/W``: at most ``L`` admitted in any ``W`` seconds (only
+  admitted hits are recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smoothclient.tools.server import LimitedServer
+
+__all__ = [
+    "Limit",
+    "Running",
+    "Skip",
+    "ensure_nginx",
+    "limited_server",
+    "nginx_limit_req",
+    "probe",
+    "slowapi_server",
+]
+
+START_TIMEOUT = 20.0  # seconds a server may take to start listening
+STOP_TIMEOUT = 5.0
+
+
+class Skip(Exception):
+    """This server cannot run here (say, no nginx and no way to install it)."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """
+    What a limiter allows, enough to compute the ideal drain time of a herd.
+
+    ``kind`` is ``"bucket"`` (``free`` tokens at once, then ``rate`` per second),
+    ``"fixed-window"`` or ``"moving-window"`` (``free`` = the limit L per ``window`` W seconds).
+    """
+
+    kind: str
+    free: int
+    rate: float = 0.0
+    window: float = 0.0
+    note: str = ""
+
+    def ideal(self, calls: int) -> float:
+        """
+        The earliest time the last of ``calls`` simultaneous calls can succeed.
+
+        Bucket: ``max(0, calls - free) / rate``.  Windows (fixed or moving): the k-th success
+        (1-based) cannot come before ``floor((k - 1) / L) * W``, so the last one
+        ``ceil(calls / L - 1) * W`` (= ``(ceil(calls / L) - 1) * W``).  Both are lower bounds
+        that assume the client knows exactly when capacity returns.
+        """
+        if self.kind == "bucket":
+            return max(0, calls - self.free) / self.rate
+        return max(0, math.ceil(calls / self.free) - 1) * self.window
+
+    def unavoidable_429s(self, calls: int) -> int:
+        """A herd that fires all at once gets at least this many 429s (the first wave)."""
+        return max(0, calls - self.free)
+
+    def describe(self) -> str:
+        """A short human description."""
+        if self.kind == "bucket":
+            return f"bucket {self.rate:g}/s, {self.free} at once"
+        return f"{self.kind} {self.free} per {self.window:g}s"
+
+
+@dataclass
+class Running:
+    """A started server: its URL, its limit and how to read (and reset) what it saw."""
+
+    name: str
+    url: str
+    limit: Limit
+    _arrivals: Callable[[], list[tuple[float, int]]] = field(repr=False)
+    _reset: Callable[[bool], str] = field(repr=False)
+
+    def arrivals(self) -> list[tuple[float, int]]:
+        """``(epoch seconds, status)`` of every request seen since the last reset."""
+        return self._arrivals()
+
+    def counts(self) -> Counter[int]:
+        """How many answers of each status since the last reset."""
+        return Counter(status for _, status in self.arrivals())
+
+    def reset(self, *, hard: bool = False) -> None:
+        """
+        A fresh limiter and an empty arrival log; ``url`` may change.
+
+        ``hard=True`` restarts the server on a new port, so that clients still running from
+        an earlier cell (threads cannot be cancelled) cannot reach the new limiter.  nginx is
+        always restarted (it is quick); the Python servers reset in place unless ``hard``.
+        """
+        self.url = self._reset(hard)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[Any], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            msg = f"server exited with {proc.returncode} before listening on {port}"
+            raise RuntimeError(msg)
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.02)
+    msg = f"nothing listens on 127.0.0.1:{port} after {timeout}s"
+    raise RuntimeError(msg)
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+
+
+# ---------------------------------------------------------------- nginx
+
+
+_NGINX_CHECKED: str | None = None
+
+
+def ensure_nginx() -> str:
+    """
+    The path of an ``nginx`` binary: the system one, or installed from Debian when root.
+
+    Installing runs ``apt-get update`` once, then ``apt-get install -y`` of whichever of
+    ``nginx-light`` / ``nginx`` apt has a candidate for (Debian 12 has both: ``nginx-light`` is
+    ``nginx`` plus the echo module).  The image's ``policy-rc.d`` (if any) keeps the packaged
+    service from starting; we never use it: every server here is our own child process.
+    """
+    global _NGINX_CHECKED
+    if _NGINX_CHECKED:
+        return _NGINX_CHECKED
+    found = shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+    if found is None:
+        if os.geteuid() != 0 or shutil.which("apt-get") is None:
+            msg = "nginx is not installed (apt-get install nginx-light) and we cannot install it"
+            raise Skip(msg)
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+
+        def apt(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                list(argv),
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                check=False,
+                timeout=timeout,
+            )
+
+        apt("apt-get", "update", timeout=300)
+        package = current = None
+        for line in apt(
+            "apt-cache", "policy", "nginx-light", "nginx", timeout=60
+        ).stdout.splitlines():
+            if line and not line.startswith(" "):
+                current = line.rstrip(":")
+            elif "Candidate:" in line and "(none)" not in line and package is None:
+                package = current
+        if package is None:
+            msg = "apt has no candidate for nginx-light or nginx"
+            raise Skip(msg)
+        done = apt("apt-get", "install", "-y", "--no-install-recommends", package, timeout=600)
+        found = shutil.which("nginx") or (
+            "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
+        )
+        if done.returncode != 0 or found is None:
+            msg = f"apt-get install {package} failed: {done.stdout[-500:]}"
+            raise Skip(msg)
+    _NGINX_CHECKED = found
+    return found
+
+
+_NGINX_CONF = """\
+daemon off;
+master_process off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log error;
+worker_rlimit_nofile 8192;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    default_type text/plain;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    keepalive_requests 100000;
+    keepalive_timeout 120s;
+    server_tokens off;
+    log_format arrivals '$msec $status';
+    limit_req_zone $binary_remote_addr zone=bench:1m rate={rate}r/s;
+    limit_req_status 429;
+    limit_req_log_level warn;
+    server {{
+        listen 127.0.0.1:{port} reuseport;
+        access_log {tmp}/access.log arrivals;
+        root {tmp}/www;
+        # a static file, not "return": return runs before limit_req and nothing is limited
+        location / {{
+            limit_req zone=bench burst={burst} nodelay;
+{error_page}        }}
+{throttled}    }}
+}}
+"""
+
+_RETRY_AFTER_PAGE = "            error_page 429 @throttled;\n"
+_RETRY_AFTER_LOCATION = """\
+        location @throttled {{
+            add_header Retry-After {seconds} always;
+            return 429 "slow down\\n";
+        }}
+"""
+
+
+@contextlib.contextmanager
+def nginx_limit_req(
+    rate: int = 10, burst: int = 5, *, retry_after: int | None = None, name: str = "nginx"
+) -> Iterator[Running]:
+    """
+    nginx ``limit_req zone rate=RATEr/s; limit_req burst=BURST nodelay; limit_req_status 429``.
+
+    Admits ``burst + 1`` at once (see the module docstring).  ``retry_after=N`` adds
+    ``Retry-After: N`` to its 429s (through ``error_page``), nothing else.
+    """
+    binary = ensure_nginx()
+    tmp = Path(tempfile.mkdtemp(prefix="limiter-nginx-"))
+    (tmp / "www").mkdir()
+    (tmp / "www" / "work").write_text("ok\n")
+    (tmp / "www" / "index.html").write_text("ok\n")
+    state: dict[str, Any] = {"proc": None}
+
+    def start() -> str:
+        for _ in range(5):  # the port is picked before nginx binds it: retry a taken one
+            port = _free_port()
+            conf = _NGINX_CONF.format(
+                tmp=tmp,
+                port=port,
+                rate=rate,
+                burst=burst,
+                error_page=_RETRY_AFTER_PAGE if retry_after is not None else "",
+                throttled=_RETRY_AFTER_LOCATION.format(seconds=retry_after)
+                if retry_after is not None
+                else "",
+            )
+            (tmp / "nginx.conf").write_text(conf)
+            (tmp / "access.log").write_text("")
+            proc = subprocess.Popen(
+                [
+                    binary,
+                    "-p",
+                    str(tmp),
+                    "-c",
+                    str(tmp / "nginx.conf"),
+                    "-e",
+                    str(tmp / "error.log"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            try:
+                _wait_listening(port, proc, START_TIMEOUT)
+            except RuntimeError:
+                _stop(proc)
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                if "Address already in use" in err:
+                    continue
+                msg = f"nginx did not start: {err.strip()[-800:]}"
+                raise RuntimeError(msg) from None
+            state["proc"] = proc
+            return f"http://127.0.0.1:{port}"
+        msg = "nginx: no free port after 5 tries"
+        raise RuntimeError(msg)
+
+    def stop() -> None:
+        if state["proc"] is not None:
+            _stop(state["proc"])
+            if state["proc"].stderr:
+                state["proc"].stderr.close()
+            state["proc"] = None
+
+    def arrivals() -> list[tuple[float, int]]:
+        out = []
+        with open(tmp / "access.log") as f:
+            for line in f:
+                at, _, status = line.partition(" ")
+                if status.strip():
+                    out.append((float(at), int(status)))
+        return out
+
+    def reset(hard: bool) -> str:
+        stop()
+        return start()
+
+    limit = Limit(
+        "bucket",
+        burst + 1,
+        rate=float(rate),
+        note=f"nginx limit_req rate={rate}r/s burst={burst} nodelay",
+    )
+    try:
+        yield Running(name, start(), limit, arrivals, reset)
+    finally:
+        stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- Python servers in a child
+
+
+class _Child:
+    """A child process speaking the stats/reset protocol on its stdin/stdout."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--child", *argv],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,  # its errors show on ours
+            text=True,
+            bufsize=1,
+        )
+        hello = self._line(START_TIMEOUT)
+        self.url: str = hello["url"]
+
+    def _line(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()))  # type: ignore[union-attr]
+        reader.daemon = True
+        reader.start()
+        reader.join(timeout)
+        if not box or not box[0]:
+            _stop(self.proc)
+            msg = f"server child {self.proc.args!r} did not answer within {timeout}s"
+            raise RuntimeError(msg)
+        return json.loads(box[0])  # type: ignore[no-any-return]
+
+    def ask(self, command: str) -> dict[str, Any]:
+        with self.lock:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+            return self._line(30.0)
+
+    def close(self) -> None:
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                _stop(self.proc)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+
+
+@contextlib.contextmanager
+def _child_running(name: str, argv: list[str], limit: Limit) -> Iterator[Running]:
+    state = {"child": _Child(argv)}
+
+    def arrivals() -> list[tuple[float, int]]:
+        return [(at, status) for at, status in state["child"].ask("stats")["arrivals"]]
+
+    def reset(hard: bool) -> str:
+        if hard:
+            state["child"].close()
+            state["child"] = _Child(argv)
+        else:
+            state["child"].ask("reset")
+        return state["child"].url
+
+    try:
+        yield Running(name, state["child"].url, limit, arrivals, reset)
+    finally:
+        state["child"].close()
+
+
+@contextlib.contextmanager
+def slowapi_server(
+    strategy: str = "fixed-window", limit: int = 10, window: int = 1, *, name: str = ""
+) -> Iterator[Running]:
+    """A Starlette app behind slowapi's ``Limiter(strategy=..., headers_enabled=True)``."""
+    if strategy not in ("fixed-window", "moving-window"):
+        msg = f"strategy must be fixed-window or moving-window, got {strategy!r}"
+        raise ValueError(msg)
+    try:
+        import slowapi  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        msg = f"slowapi server needs slowapi, starlette and uvicorn: {exc}"
+        raise Skip(msg) from exc
+    unit = {1: "second", 60: "minute", 3600: "hour"}[window]
+    with _child_running(
+        name or f"slowapi-{strategy}",
+        ["slowapi", "--strategy", strategy, "--limit", f"{limit}/{unit}"],
+        Limit(strategy, limit, window=float(window), note=f"slowapi {limit}/{unit} {strategy}"),
+    ) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def limited_server(
+    style: str = "ietf", rate: float = 10.0, burst: int = 5, *, name: str = ""
+) -> Iterator[Running]:
+    """smoothclient's own ``LimitedServer`` (token bucket), in a child process."""
+    with _child_running(
+        name or f"limited-{style}",
+        ["limited", "--style", style, "--rate", str(rate), "--burst", str(burst)],
+        Limit("bucket", burst, rate=rate, note=f"LimitedServer {style} {rate:g}/s burst {burst}"),
+    ) as running:
+        yield running
+
+
+# ---------------------------------------------------------------- the child side
+
+
+def _slowapi_app(strategy: str, limit: str, log: list[tuple[float, int]]) -> tuple[Any, Any]:
+    from slowapi import Limiter, _rate_limit_exceeded_handler
+    from slowapi.errors import RateLimitExceeded
+    from slowapi.middleware import SlowAPIASGIMiddleware
+    from slowapi.util import get_remote_address
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    limiter = Limiter(
+        key_func=get_remote_address,
+        default_limits=[limit],
+        strategy=strategy,
+        headers_enabled=True,
+        storage_uri="memory://",
+    )
+
+    async def work(request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok\n")
+
+    app = Starlette(routes=[Route("/{path:path}", work)])
+    app.state.limiter = limiter
+    app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)  # type: ignore[arg-type]
+    app.add_middleware(SlowAPIASGIMiddleware)
+
+    async def counted(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+
+        async def send_counted(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                log.append((time.time(), int(message["status"])))
+            await send(message)
+
+        await app(scope, receive, send_counted)
+
+    return counted, limiter
+
+
+def _serve_protocol(
+    url: str, arrivals: Callable[[], list[tuple[float, int]]], reset: Callable[[], None]
+) -> None:
+    """Answer stats/reset on stdin until EOF."""
+    print(json.dumps({"url": url}), flush=True)
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "stats":
+            print(json.dumps({"arrivals": arrivals()}), flush=True)
+        elif command == "reset":
+            reset()
+            print(json.dumps({"ok": True}), flush=True)
+        else:
+            print(json.dumps({"error": command}), flush=True)
+
+
+def _child_main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=["slowapi", "limited"])
+    parser.add_argument("--strategy", default="fixed-window")
+    parser.add_argument("--limit", default="10/second")
+    parser.add_argument("--style", default="ietf")
+    parser.add_argument("--rate", type=float, default=10.0)
+    parser.add_argument("--burst", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    if args.kind == "limited":
+        server = LimitedServer(args.rate, args.burst, args.style).start()
+
+        def limited_log() -> list[tuple[float, int]]:
+            # LimitedServer logs monotonic times: turn them into epoch seconds
+            shift = time.time() - time.monotonic()
+            return [(a.at + shift, a.status) for a in list(server.log)]
+
+        try:
+            _serve_protocol(server.url, limited_log, server.reset)
+        finally:
+            server.stop()
+        return
+
+    import uvicorn
+
+    log: list[tuple[float, int]] = []
+    app, limiter = _slowapi_app(args.strategy, args.limit, log)
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when the proto says
+    # TCP (socket.socket()'s default proto 0 does not), and uvicorn writes the headers and the
+    # body separately: without it every keep-alive request after the first waits ~40 ms for
+    # the client's delayed ACK (Nagle).  uvicorn binding its own socket gets this right.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        backlog=2048,
+        timeout_keep_alive=120,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT
+    while not server.started and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.01)
+    if not server.started:
+        sys.exit("uvicorn did not start")
+
+    def reset() -> None:
+        limiter.reset()
+        log.clear()
+
+    try:
+        _serve_protocol(f"http://127.0.0.1:{port}", lambda: list(log), reset)
+    finally:
+        server.should_exit = True
+        thread.join(STOP_TIMEOUT)
+
+
+# ---------------------------------------------------------------- probing
+
+
+def probe(running: Running, n: int | None = None) -> dict[str, Any]:
+    """
+    Send ``n`` GETs one after another (default: free + 4) and keep the first 200 and 429.
+
+    Returns the statuses in order and the raw headers of the first 200 and the first 429;
+    used to check a limiter really limits and to show what it sends.
+    """
+    import httpx
+
+    n = n if n is not None else running.limit.free + 4
+    statuses: list[int] = []
+    samples: dict[int, list[tuple[str, str]]] = {}
+    with httpx.Client(base_url=running.url, timeout=10) as client:
+        for _ in range(n):
+            r = client.get("/work")
+            statuses.append(r.status_code)
+            if r.status_code not in samples:
+                samples[r.status_code] = [(k, v) for k, v in r.headers.items()]
+    return {"statuses": statuses, "samples": samples, "at": time.time()}
+
+
+def _self_check() -> None:
+    """Start each server, show its 200 and 429 headers, check it limits."""
+    checks: list[tuple[str, Callable[[], contextlib.AbstractContextManager[Running]]]] = [
+        ("nginx limit_req 10r/s burst 5", lambda: nginx_limit_req(10, 5)),
+        (
+            "nginx limit_req 5r/s burst 2 + Retry-After: 1",
+            lambda: nginx_limit_req(5, 2, retry_after=1),
+        ),
+        ("slowapi fixed-window 10/second", lambda: slowapi_server("fixed-window", 10)),
+        ("slowapi moving-window 20/second", lambda: slowapi_server("moving-window", 20)),
+        ("LimitedServer ietf 10/s burst 5", lambda: limited_server("ietf", 10, 5)),
+        ("LimitedServer github 10/s burst 5", lambda: limited_server("github", 10, 5)),
+    ]
+    for title, factory in checks:
+        try:
+            with factory() as server:
+                result = probe(server)
+                admitted = result["statuses"].index(429) if 429 in result["statuses"] else None
+                counted = server.counts()
+                print(f"## {title}: {server.url} ({server.limit.describe()})")
+                print(f"statuses in order: {result['statuses']}")
+                print(f"server counted: {dict(counted)}; admitted before the first 429: {admitted}")
+                for status, headers in sorted(result["samples"].items()):
+                    print(f"  {status}:")
+                    for k, v in headers:
+                        print(f"    {k}: {v}")
+                if admitted is None:
+                    print("  !! no 429 at all: this server does not limit")
+                for hard in (False, True):
+                    server.reset(hard=hard)
+                    after = server.counts()
+                    again = probe(server, server.limit.free + 1)
+                    print(
+                        f"after reset(hard={hard}): {dict(after)} at {server.url}, "
+                        f"then statuses: {again['statuses']}"
+                    )
+                print()
+        except Skip as exc:
+            print(f"## {title}: SKIPPED ({exc})\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _child_main(sys.argv[2:])
+    else:
+        _self_check()
