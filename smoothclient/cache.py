@@ -40,6 +40,24 @@ V = TypeVar("V")
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _size_values_not_entries(cache: Any) -> None:
+    """
+    A cache's ``getsizeof`` sizes the values the caller sees, not our entries around them.
+
+    cachetools keeps a ``getsizeof`` given to a cache as an attribute of that cache; it is
+    wrapped once so it is handed the value inside each entry.
+    """
+    sizer = vars(cache).get("getsizeof") if hasattr(cache, "__dict__") else None
+    if sizer is None or getattr(sizer, "_smoothclient_unwraps", False):
+        return
+
+    def getsizeof(value: Any) -> Any:
+        return sizer(value.value if isinstance(value, _Entry) else value)
+
+    getsizeof._smoothclient_unwraps = True  # type: ignore[attr-defined]
+    cache.getsizeof = getsizeof
+
+
 @dataclass
 class _Entry:
     """What :func:`cached` stores: the value, when it stops being fresh, and its load time."""
@@ -155,6 +173,7 @@ class _Memo(Generic[K]):
         rng: random.Random,
     ) -> None:
         self.cache = cache
+        _size_values_not_entries(cache)
         self.lock = lock
         self.beta = early_refresh
         self.swr = swr
@@ -226,7 +245,8 @@ class _Memo(Generic[K]):
         return now - entry.delta * (self.beta or 0.0) * math.log(u) >= entry.fresh_until
 
     def store(self, key: Hashable, value: Any, delta: float) -> None:
-        with self.lock:
+        # a value larger than the whole cache is returned, not kept (as cachetools.cached)
+        with self.lock, contextlib.suppress(ValueError):
             self.cache[key] = _Entry(value, delta, self.grace)
 
     def stale_ok(self, entry: Any) -> bool:

@@ -27,6 +27,7 @@ __all__ = ["DRAIN_LIMIT", "EdgeCore", "RequestInfo", "describe", "drainable"]
 
 R = TypeVar("R", bound=_Response)
 A = TypeVar("A")
+T = TypeVar("T")
 
 #: Error bodies up to this size are read before closing, so the connection can be reused.
 DRAIN_LIMIT = 64 * 1024
@@ -88,8 +89,21 @@ class EdgeCore:
         self._access = access
         self.lane = FastLane(self.pacer, self.policy, access)
 
+    def _within(self, send: Callable[[A, float | None], T], started: float) -> Callable[[A], T]:
+        """``send`` told, at each attempt, what is left of the deadline begun at ``started``."""
+        timeout, clock = self.policy.timeout, self.pacer.clock
+        if timeout is None:
+            return lambda request: send(request, None)
+        deadline = started + timeout
+        return lambda request: send(request, max(0.0, deadline - clock()))
+
     def flow(
-        self, origin: str, info: RequestInfo, first: Reply | Failure | None, lane: Lane
+        self,
+        origin: str,
+        info: RequestInfo,
+        first: Reply | Failure | None,
+        lane: Lane,
+        started: float | None = None,
     ) -> CallFlow:
         """The call flow of one request whose first attempt went as ``first`` on ``lane``."""
         return CallFlow(
@@ -105,6 +119,7 @@ class EdgeCore:
             first=first,
             first_counted=lane is Lane.ADMITTED,
             access=self._access,
+            started=started,
         )
 
     def call(
@@ -112,21 +127,28 @@ class EdgeCore:
         origin: str,
         request: A,
         info: Callable[[A], RequestInfo],
-        send: Callable[[A], R],
+        send: Callable[[A, float | None], R],
         reply_of: Callable[[R], Reply],
         failure_of: Callable[[Exception], Failure | None],
         discard: Callable[[R], None],
         sleep: Callable[[float], object],
     ) -> tuple[R, dict[str, Any]]:
-        """One logical call of ``request``: the last response and its record, or the last error."""
+        """
+        One logical call of ``request``: the last response and its record, or the last error.
+
+        ``send(request, left)`` sends one attempt; ``left`` is what remains of the policy's
+        deadline (``None``: none), which the attempt's own timeouts must not exceed.
+        """
+        started = self.pacer.clock()  # the deadline counts the first attempt too
+        attempt = self._within(send, started)
         response, first, record, lane = first_try(
-            self.lane, origin, send, request, failure_of, reply_of
+            self.lane, origin, attempt, request, failure_of, reply_of
         )
         if record is not None and response is not None:  # ended on the fast lane
             return response, record
         done = drive(
-            self.flow(origin, info(request), first, lane),
-            lambda: send(request),
+            self.flow(origin, info(request), first, lane, started),
+            lambda: attempt(request),
             reply_of,
             failure_of,
             discard,
@@ -141,21 +163,23 @@ class EdgeCore:
         origin: str,
         request: A,
         info: Callable[[A], RequestInfo],
-        send: Callable[[A], Awaitable[R]],
+        send: Callable[[A, float | None], Awaitable[R]],
         reply_of: Callable[[R], Reply],
         failure_of: Callable[[Exception], Failure | None],
         discard: Callable[[R], Awaitable[None]],
         sleep: Callable[[float], Awaitable[object]],
     ) -> tuple[R, dict[str, Any]]:
         """Async twin of :meth:`call`."""
+        started = self.pacer.clock()
+        attempt = self._within(send, started)
         response, first, record, lane = await first_try_async(
-            self.lane, origin, send, request, failure_of, reply_of
+            self.lane, origin, attempt, request, failure_of, reply_of
         )
         if record is not None and response is not None:  # ended on the fast lane
             return response, record
         done = await drive_async(
-            self.flow(origin, info(request), first, lane),
-            lambda: send(request),
+            self.flow(origin, info(request), first, lane, started),
+            lambda: attempt(request),
             reply_of,
             failure_of,
             discard,

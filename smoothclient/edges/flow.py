@@ -137,13 +137,15 @@ class CallFlow:
         first: Reply | Failure | None = None,
         first_counted: bool = False,
         access: FieldAccess = GENERIC,
+        started: float | None = None,
     ) -> None:
         """
         Prepare one logical call; nothing happens until :meth:`run` is driven.
 
         ``first`` is the result of a first attempt the edge already sent on its fast lane;
         ``first_counted`` True when the tracker already counts it in flight.  ``access`` reads
-        the edge's header containers.
+        the edge's header containers.  ``started``: when the call began (before a fast-lane
+        first attempt, whose time counts toward the deadline); default: now.
         """
         mode = testing.current()
         if mode is not None:
@@ -161,6 +163,7 @@ class CallFlow:
         self.first = first
         self.first_counted = first_counted
         self.access = access
+        self.started = started
         self.record = CallRecord()
 
     def _sleep(self, seconds: float) -> Sleep:
@@ -170,7 +173,7 @@ class CallFlow:
     def run(self) -> Generator[Action, Reply | Failure | None, CallRecord]:
         """Drive the call: yield actions, receive replies, return the record."""
         policy, tracker, clock = self.policy, self.tracker, self.clock
-        started = clock()
+        started = clock() if self.started is None else self.started
         deadline = None if policy.timeout is None else started + policy.timeout
         state = CallState(started, self.method, self.has_key, None, self.replayable)
         not_before = started
@@ -214,11 +217,20 @@ class CallFlow:
     def _admit(
         self, not_before: float, deadline: float | None
     ) -> Generator[Action, Reply | Failure | None, bool]:
-        """Wait for the tracker's slot; False when it lies beyond the deadline."""
+        """
+        Wait for the tracker's slot; False when it lies beyond the deadline.
+
+        A wait the pacer imposes counts like one the server asks for: one longer than
+        ``max_retry_after`` is not waited either.
+        """
         if self.no_wait:  # testing mode: no pacing either
             if self.record.attempts:
                 yield self._sleep(0.0)
             return True
+        cap = self.policy.max_retry_after
+        if cap is not None:
+            latest = max(self.clock(), not_before) + cap
+            deadline = latest if deadline is None else min(deadline, latest)
         while True:
             now = self.clock()
             admission = self.tracker.acquire(now, not_before=not_before, deadline=deadline)
@@ -236,7 +248,9 @@ class CallFlow:
         return True
 
     def _refused(self, delay: float) -> bool:
-        reason = f"the origin admits no request for {delay:.3g} s, past the deadline"
+        reason = (
+            f"the origin admits no request for {delay:.3g} s, past the deadline or max_retry_after"
+        )
         if self.record.attempts == 0:
             raise RateLimited(f"{self.describe}: {reason}", retry_after=delay)
         self.record.gave_up = reason

@@ -89,14 +89,17 @@ def _reply(response: httpx.Response) -> Reply:
 
 
 def _read(response: httpx.Response) -> httpx.Response:
-    """Read a small JSON error body (sync responses), so :func:`_reply` can use it."""
+    """
+    Read a small JSON error body (sync responses), so :func:`_reply` can use it.
+
+    A body that fails to read (a reset, a read timeout) fails the attempt with that error:
+    the response could not be handed over whole, retried or not.
+    """
     if response.status_code >= 400 and wants_body(response.status_code, response.headers):
         try:
             response.read()
-        except httpx.HTTPError:
-            pass  # unreadable: no body hints, that is all
         except BaseException:
-            response.close()  # interrupted mid-read: give the connection back
+            response.close()  # give the connection back
             raise
     return response
 
@@ -106,8 +109,6 @@ async def _aread(response: httpx.Response) -> httpx.Response:
     if response.status_code >= 400 and wants_body(response.status_code, response.headers):
         try:
             await response.aread()
-        except httpx.HTTPError:
-            pass
         except BaseException:
             import anyio  # only here: a cancelled read must still close the response
 
@@ -115,6 +116,20 @@ async def _aread(response: httpx.Response) -> httpx.Response:
                 await response.aclose()
             raise
     return response
+
+
+def _cut(request: httpx.Request, left: float | None) -> httpx.Request:
+    """The request with its timeouts cut to ``left`` seconds (what remains of the deadline)."""
+    if left is None:
+        return request
+    timeout = request.extensions.get("timeout")
+    if isinstance(timeout, dict):
+        request.extensions["timeout"] = {
+            name: left if value is None else min(value, left) for name, value in timeout.items()
+        }
+    else:
+        request.extensions["timeout"] = dict.fromkeys(("connect", "read", "write", "pool"), left)
+    return request
 
 
 def _replayable(request: httpx.Request) -> bool:
@@ -200,16 +215,16 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         response.extensions["smoothclient"] = record
         return response
 
-    def _attempt(self, request: httpx.Request) -> httpx.Response:
-        return _read(self.transport.handle_request(request))
+    def _attempt(self, request: httpx.Request, left: float | None) -> httpx.Response:
+        return _read(self.transport.handle_request(_cut(request, left)))
 
     @staticmethod
     def _discard(response: httpx.Response) -> None:
         try:
-            if drainable(response.headers):
+            if drainable(response.headers) and not response.is_stream_consumed:
                 response.read()
-        except httpx.HTTPError:
-            pass
+        except (httpx.HTTPError, httpx.StreamError):
+            pass  # a body that failed to read once is not read again
         finally:
             response.close()
 
@@ -265,16 +280,16 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         response.extensions["smoothclient"] = record
         return response
 
-    async def _attempt(self, request: httpx.Request) -> httpx.Response:
-        return await _aread(await self.transport.handle_async_request(request))
+    async def _attempt(self, request: httpx.Request, left: float | None) -> httpx.Response:
+        return await _aread(await self.transport.handle_async_request(_cut(request, left)))
 
     @staticmethod
     async def _discard(response: httpx.Response) -> None:
         try:
-            if drainable(response.headers):
+            if drainable(response.headers) and not response.is_stream_consumed:
                 await response.aread()
-        except httpx.HTTPError:
-            pass
+        except (httpx.HTTPError, httpx.StreamError):
+            pass  # a body that failed to read once is not read again
         finally:
             await response.aclose()
 

@@ -129,6 +129,15 @@ def _path(url: str) -> str:
     return parse_url(url).path or "/"
 
 
+def _cut(timeout: Any, left: float) -> Any:
+    """A requests ``timeout`` (none, seconds, or (connect, read)) cut to ``left`` seconds."""
+    if isinstance(timeout, tuple):
+        return tuple(left if part is None else min(part, left) for part in timeout)
+    if isinstance(timeout, int | float):
+        return min(timeout, left)
+    return left
+
+
 def _rewinder(body: object) -> tuple[bool, Callable[[], object] | None]:
     """Whether ``body`` can be sent again, and how to rewind it before each attempt, if at all."""
     if body is None or isinstance(body, bytes | str):
@@ -198,9 +207,11 @@ class SmoothAdapter(HTTPAdapter):
         url = request.url or ""
         replayable, rewind = _rewinder(request.body)
 
-        def attempt(request: requests.PreparedRequest) -> requests.Response:
+        def attempt(request: requests.PreparedRequest, left: float | None) -> requests.Response:
             if rewind is not None:
                 rewind()
+            if left is not None:  # no attempt outlives the policy's deadline
+                kwargs["timeout"] = _cut(kwargs.get("timeout"), left)
             return super(SmoothAdapter, self).send(request, **kwargs)
 
         def info(request: requests.PreparedRequest) -> RequestInfo:

@@ -57,6 +57,8 @@ class Pacer:
             origin (0 disables the probe).
         learned_floor: the lowest learned rate, in req/s.
         quiet: seconds without throttling after which a learned rate is dropped.
+        max_gate: the longest any server hint may hold an origin's requests back (a buggy or
+            hostile ``Retry-After: 999999`` is read as this).
         clock: a monotonic clock (injectable for tests).
     """
 
@@ -67,6 +69,7 @@ class Pacer:
         probe: float = 0.25,
         learned_floor: float = 0.5,
         quiet: float = 30.0,
+        max_gate: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Create an empty pacer."""
@@ -75,6 +78,7 @@ class Pacer:
             probe=seconds("probe", probe),
             learned_floor=seconds("learned_floor", learned_floor, allow_zero=False),
             quiet=seconds("quiet", quiet, allow_zero=False),
+            max_gate=seconds("max_gate", max_gate, allow_zero=False),
         )
         if not callable(clock):
             msg = f"clock must be a callable returning seconds, not {type(clock).__name__}"
@@ -96,6 +100,7 @@ class Pacer:
             "probe": s.probe,
             "learned_floor": s.learned_floor,
             "quiet": s.quiet,
+            "max_gate": s.max_gate,
             "clock": self.clock,
         }
 

@@ -26,6 +26,7 @@ first request to an origin    a probe: concurrent requests wait for its response
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ class Settings:
     probe: float = 0.25
     learned_floor: float = 0.5
     quiet: float = 30.0
+    max_gate: float = 300.0  # no hint closes an origin (or spaces its slots) longer than this
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +309,7 @@ def observe(
     throttles of requests sent before the last cut.  ``counted`` False: the request was
     never counted in flight (a fast-lane request to a healthy origin).
     """
+    hints = _capped(hints, s.max_gate)
     if status < 400:
         o.succeeded(now)
     if counted:
@@ -334,6 +337,28 @@ def observe(
         _throttled(o, s, now, sent_at)
     elif o.learned:
         _recovered(o, s, now)
+
+
+def _capped(hints: Hints, cap: float) -> Hints:
+    """
+    ``hints`` with no delay beyond ``cap``.
+
+    A buggy or hostile header (``Retry-After: 999999``, 0 left until next month) must not
+    lock every request out for longer.
+    """
+    retry_after, reset_after, window = hints.retry_after, hints.reset_after, hints.window
+    if (
+        (retry_after is None or retry_after <= cap)
+        and (reset_after is None or reset_after <= cap)
+        and (window is None or window <= cap)
+    ):
+        return hints  # the common case
+    return dataclasses.replace(
+        hints,
+        retry_after=None if retry_after is None else min(retry_after, cap),
+        reset_after=None if reset_after is None else min(reset_after, cap),
+        window=None if window is None else min(window, cap),
+    )
 
 
 def _weigh(o: OriginState, status: int, sent_at: float | None) -> None:

@@ -76,7 +76,12 @@ class Scheduler:
                 _, _, future, fn = heapq.heappop(self._heap)
             if future.set_running_or_notify_cancel():
                 assert self._pool is not None
-                self._pool.submit(_run_into, future, fn)
+                try:
+                    self._pool.submit(_run_into, future, fn)
+                except RuntimeError as exc:  # the interpreter is shutting down: no new threads
+                    future.set_exception(exc)
+                    self.shutdown()
+                    return
 
     def shutdown(self) -> None:
         """Cancel what is pending and stop the threads."""

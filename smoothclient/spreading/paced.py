@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -61,12 +62,18 @@ def paced(
     arguments) gives each key its own bucket, at most ``max_keys`` of them (least recently used
     forgotten).
     """
-    if not rate > 0:
-        msg = f"rate must be > 0, got {rate!r}"
+    if isinstance(rate, bool) or not isinstance(rate, int | float):
+        msg = f"rate must be a number, not {type(rate).__name__}"
+        raise TypeError(msg)
+    per_second = rate / seconds("per", per, allow_zero=False) if rate > 0 else 0.0
+    if not (math.isfinite(per_second) and per_second > 0 and math.isfinite(1 / per_second)):
+        msg = f"rate must be a finite number > 0 whose interval is finite too, got {rate!r}"
         raise ValueError(msg)
-    per_second = rate / seconds("per", per, allow_zero=False)
-    if burst < 1:
-        msg = f"burst must be >= 1, got {burst!r}"
+    if isinstance(burst, bool) or not isinstance(burst, int | float):
+        msg = f"burst must be a number, not {type(burst).__name__}"
+        raise TypeError(msg)
+    if not (math.isfinite(burst) and burst >= 1):
+        msg = f"burst must be a finite number >= 1, got {burst!r}"
         raise ValueError(msg)
     buckets: LruMap[Hashable, _Bucket] = LruMap(
         positive_int("max_keys", max_keys), lambda _: _Bucket(per_second, burst)

@@ -193,6 +193,7 @@ def _spread_threads(
     done = 0
     start = clock()
     order = sorted(range(len(todo)), key=offsets.__getitem__)
+    interrupted: list[BaseException] = []  # KeyboardInterrupt, SystemExit: the caller's
 
     def run(i: int) -> None:
         nonlocal done
@@ -200,6 +201,10 @@ def _spread_threads(
             result.results[i] = fn(todo[i])
         except Exception as exc:
             result.errors[i] = exc
+        except BaseException as exc:
+            interrupted.append(exc)
+            if cancel is not None:
+                cancel.set()
         with lock:
             done += 1
             count = done
@@ -211,12 +216,14 @@ def _spread_threads(
             wait = start + offsets[i] - clock()
             if wait > 0:
                 sleep(wait)
-            if cancel is not None and cancel.is_set():
+            if interrupted or (cancel is not None and cancel.is_set()):
                 result.cancelled = True
                 for j in order[n:]:
                     result.errors[j] = SpreadCancelled("spread was cancelled")
                 break
             pool.submit(run, i)
+    if interrupted:  # as the async form does: an interrupt is not an item's failure
+        raise interrupted[0]
     return result
 
 
