@@ -162,9 +162,9 @@ class OriginState:
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
     reset_probe: float | None = None  # when the request probing a window's reset went
-    early_at: float = 0.5  # where between spent and stated reset a window's early probe goes
+    early_lead: float | None = None  # how long before its stated reset a window came back
     early_misses: int = 0  # early probes in a row that the window rejected
-    early_sent: float | None = None  # when an early probe went, until its answer
+    early_sent: tuple[float, float] | None = None  # an early probe: when, and the reset then
 
     def succeeded(self, now: float) -> None:
         """
@@ -245,9 +245,12 @@ def _slot(o: OriginState, at: float) -> float | None:
         return at
     if o.kind == "window" and o.early_misses < EARLY_MISSES and o.exhausted and at < reset:
         # A stated reset is a bound: servers round it up (GitHub) or add to it (slowapi adds
-        # a second).  One probe part of the way there tells: earlier next time when it got
-        # through, later when it did not, and no more early probes after a few misses.
-        return max(at, o.exhausted[0] + (reset - o.exhausted[0]) * o.early_at)
+        # a second).  One probe goes early: halfway at first, then as early before the
+        # stated reset as the last one that got through; a little later after a miss, and
+        # none after a few misses in a row.
+        if o.early_lead is None:
+            return max(at, o.exhausted[0] + (reset - o.exhausted[0]) / 2)
+        return max(at, o.exhausted[0], reset - o.early_lead)
     return max(at, reset)
 
 
@@ -259,7 +262,7 @@ def _take(o: OriginState, at: float) -> None:
         if o.avail < 1 and (o.kind == "window" or not o.pace.interval):
             o.reset_probe = at  # this request probes the reset; the others wait for its answer
             if o.reset_at is not None and at < o.reset_at:
-                o.early_sent = at
+                o.early_sent = (at, o.reset_at)
         o.avail -= 1
         if o.avail < 1 and o.exhausted is None and o.reset_at is not None and at < o.reset_at:
             o.exhausted = (at, o.reset_at)
@@ -322,12 +325,14 @@ def observe(
         # (the limiter model or the learned rate holds the others back as far as needed)
         o.gate = max(o.gate, now + hints.retry_after)
     if hints.remaining is not None and hints.unit == "requests":
-        if o.early_sent is not None and sent_at is not None and sent_at >= o.early_sent:
+        early = o.early_sent
+        if early is not None and sent_at is not None and sent_at >= early[0]:
             o.early_sent = None  # the answer to an early probe of a window's reset
+            lead = early[1] - early[0]  # how long before the stated reset it went
             if status < 400:
-                o.early_at, o.early_misses = max(0.3, o.early_at - 0.1), 0
+                o.early_lead, o.early_misses = lead, 0
             else:
-                o.early_at, o.early_misses = (1 + o.early_at) / 2, o.early_misses + 1
+                o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
         else:
             _weigh(o, status, sent_at)
         _quota(o, hints, now, throttled=throttled)
@@ -445,8 +450,10 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
         pace.burst = 1.0
     else:
         pace.rate = None
-    if throttled and hints.remaining <= 0 and hints.reset_after is not None and o.kind != "window":
-        o.gate = max(o.gate, now + hints.reset_after)  # a window's ledger waits (and probes)
+    if throttled and hints.remaining <= 0 and hints.reset_after is not None and o.kind == "bucket":
+        # a bucket that throttled: nothing before its reset (a window's ledger waits for its
+        # own, and probes it; an unknown limiter is paced into the spent quota to tell which)
+        o.gate = max(o.gate, now + hints.reset_after)
     if pace.interval:
         tokens = available - o.waiting
         # Responses overtake each other: one that left the server before our latest sends

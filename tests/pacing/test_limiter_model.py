@@ -94,14 +94,13 @@ def test_a_window_is_recognised_and_waited_out() -> None:
         assert t.acquire(now).delay == pytest.approx(0.0, abs=1e-9)
         t.sent()
     for now in (0.1, 0.2):  # a window rejects them
-        left = Hints(remaining=0, limit=10, window=1.0, reset_after=0.6 - now)
-        t.observe(429, left, now + 0.01, sent_at=now)
+        left = Hints(remaining=0, limit=10, window=1.0, reset_after=0.6 - (now + 0.01))
+        t.observe(429, left, now + 0.01, sent_at=now)  # the same window: the same reset
     assert t.state.kind == "window"
-    probe = t.acquire(0.5)  # nothing before the reset (the throttles closed the gate to 0.61)
-    assert probe.final
-    assert probe.delay == pytest.approx(0.11)  # the reset itself: one probe goes
+    # nothing goes but one probe, halfway to the stated reset (a reset may be stated late)
+    assert t.acquire(0.25).delay == pytest.approx(0.05)  # halfway from 0.0 to 0.6
     t.sent()
-    assert not t.acquire(0.5).final  # the others wait for the probe's answer
+    assert not t.acquire(0.3).final  # the others wait for the probe's answer
     t.observe(200, Hints(remaining=9, limit=10, window=1.0, reset_after=1.0), 0.61, sent_at=0.6)
     delays = [t.acquire(0.62).delay for _ in range(9)]
     assert delays == pytest.approx([0.0] * 9, abs=1e-9)  # the new window, at once
@@ -119,7 +118,9 @@ def test_a_bucket_is_recognised_and_paced() -> None:
         t.sent()
         t.observe(200, Hints(remaining=0, limit=10, window=1.0, reset_after=1.0), now, sent_at=now)
     assert t.state.kind == "bucket"
-    assert t.acquire(0.25).delay == pytest.approx(0.05)  # the next token, not the reset
+    assert t.acquire(0.25).delay == pytest.approx(
+        0.05
+    )  # halfway from 0.0 to 0.6  # the next token, not the reset
 
 
 def test_a_ledger_never_spends_more_than_the_server_said_is_left() -> None:

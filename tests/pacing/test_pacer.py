@@ -104,13 +104,29 @@ def test_a_503s_retry_after_gates_everyone() -> None:
     assert p.track(ORIGIN).cohort(1.0).opens_in == pytest.approx(4.0)
 
 
-def test_exhausted_throttle_gates_until_reset() -> None:
+def test_a_bucket_that_throttled_is_closed_until_its_reset() -> None:
+    """Once the quota is known to refill continuously, a throttle closes it until its reset."""
     p = Pacer(probe=0)
     known(p)
-    p.track(ORIGIN).acquire(0.0)
-    p.track(ORIGIN).sent()
-    p.track(ORIGIN).observe(429, Hints(remaining=0, limit=5000, reset_after=60.0), 0.0)
-    assert p.track(ORIGIN).cohort(0.0).opens_in == 60.0
+    t = p.track(ORIGIN)
+    assert isinstance(t, MemoryTracker)
+    t.state.kind = "bucket"
+    t.acquire(0.0)
+    t.sent()
+    t.observe(429, Hints(remaining=0, limit=5000, reset_after=60.0), 0.0)
+    assert t.cohort(0.0).opens_in == 60.0
+
+
+def test_an_unknown_limiter_is_paced_into_its_spent_quota_to_tell_its_kind() -> None:
+    """No gate yet: the guessed rate sends one request into the spent quota, as evidence."""
+    p = Pacer(probe=0)
+    known(p)
+    t = p.track(ORIGIN)
+    t.acquire(0.0)
+    t.sent()
+    t.observe(429, Hints(remaining=0, limit=5000, reset_after=60.0), 0.0)
+    assert t.cohort(0.0).opens_in == 0.0
+    assert t.acquire(0.0).delay == pytest.approx(60.0 / 5000)
 
 
 def test_exhausted_success_does_not_gate() -> None:
