@@ -63,8 +63,6 @@ EPOCH = 1.0
 #: A young origin (seen for less than EPOCH) is cut only on this many answers, most of them
 #: throttles: a herd into a limiter, not a few unlucky requests.
 YOUNG_EVIDENCE = 10
-#: The shortest time a delivered rate is measured over.
-MIN_SPAN = 0.25
 #: A cut after which the share of throttles stays above this fraction of what it was did not
 #: help: the throttles are noise, not a limiter.
 NOISE = 0.5
@@ -376,7 +374,12 @@ def _weigh(o: OriginState, status: int, sent_at: float | None) -> None:
     spent = o.exhausted
     if spent is None or sent_at is None or not spent[0] < sent_at < spent[1]:
         return
-    o.evidence = o.evidence * 0.7 + (1.0 if status < 400 else -1.0 if status == 429 else 0.0)
+    _vote(o, 1.0 if status < 400 else -1.0 if status == 429 else 0.0)
+
+
+def _vote(o: OriginState, weight: float) -> None:
+    """Add evidence (> 0: a bucket, < 0: a window); older evidence fades."""
+    o.evidence = o.evidence * 0.7 + weight
     if o.evidence >= EVIDENCE:
         o.kind = "bucket"
     elif o.evidence <= -EVIDENCE:
@@ -503,7 +506,7 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     share = throttled / (throttled + delivered)
     if now - o.first_seen < EPOCH and (share < 0.5 or throttled + delivered < YOUNG_EVIDENCE):
         return  # young, and few answers or most got through: too little to tell a limiter by
-    if o.learned and now - o.last_cut < MIN_SPAN:
+    if o.learned and now - o.last_cut < EPOCH / 4:
         return  # the last cut has not shown its effect yet
     cut = o.cut
     if cut is not None and now - cut[0] >= EPOCH / 2 and (pace.rate or 0) <= 1.25 * cut[3]:
@@ -518,11 +521,9 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     if not delivered and not o.learned:
         return  # no evidence of any admitted rate yet: leave it to jittered backoff
     before = pace.rate
-    # over the last EPOCH, or over what there is of it: a young origin's successes came
-    # in less time (but never count fewer than MIN_SPAN seconds: a first burst is no rate)
-    oldest = o.successes[-delivered] if delivered else now
-    span = min(EPOCH, max(MIN_SPAN, now - min(oldest, o.first_seen)))
-    rate = max(s.learned_floor, delivered / span if delivered else (before or 1.0) * 0.5)
+    # over a whole EPOCH even on a young origin: what a first burst got through is no rate
+    # (counted over less time, a burst of 5 read as 20 req/s and earned a storm of 429s)
+    rate = max(s.learned_floor, delivered / EPOCH if delivered else (before or 1.0) * 0.5)
     if before is not None and o.learned:
         rate = min(rate, before)
     o.ceiling = rate if o.learned else math.inf
