@@ -51,8 +51,6 @@ __all__ = [
     "view",
 ]
 
-#: Below this fraction of the limit, a quota without a stated rate is spread until its reset.
-LOW_WATER = 0.1
 #: Slots are fixed at most this far ahead; later requests ask again when closer, so a rate
 #: learned or updated in the meantime applies to them.
 HORIZON = 0.25
