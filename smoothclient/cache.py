@@ -143,6 +143,7 @@ class _Flight:
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
+    leader: int = field(default_factory=threading.get_ident)  # the thread that loads
 
 
 @dataclass
@@ -232,6 +233,17 @@ class _Memo(Generic[K]):
         state, entry = self.lookup(key)
         return entry if state in ("fresh", "refresh") else None
 
+    def stands_in(self, action: str, entry: Any) -> bool:
+        """
+        Whether ``entry`` may stand in for a load that just failed.
+
+        Still fresh after a failed early refresh (XFetch), or stale-if-error allows it; never a
+        value older than the cache's lifetime otherwise.
+        """
+        if action == "early" and self.now() < entry.fresh_until:
+            return True
+        return self.fallback(entry)
+
     def fallback(self, entry: Any) -> bool:
         """Stale-if-error: whether ``entry`` may stand in for the load that just failed."""
         if self.stale_ok(entry):
@@ -277,6 +289,12 @@ class _Memo(Generic[K]):
             self.cache.clear()
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen (asyncio logs unseen ones as errors)."""
+    if not future.cancelled():
+        future.exception()
+
+
 class _LeaderGone(Exception):
     """The loader of a key was cancelled or interrupted: its waiters load the key themselves."""
 
@@ -290,6 +308,8 @@ def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., H
                 if flight is None:
                     flight = memo.flights[k] = _Flight()
                     break
+            if flight.leader == threading.get_ident():  # fn calls itself with its own key
+                return fn(*args, **kwargs)  # waiting on itself would never end: no caching
             flight.done.wait()
             if isinstance(flight.error, _LeaderGone):  # its loader was interrupted
                 entry = memo.loaded(k)  # another waiter may have loaded it by now
@@ -342,7 +362,7 @@ def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., H
         try:
             return load(k, args, kwargs)
         except Exception:
-            if action == "early" or memo.fallback(entry):
+            if memo.stands_in(action, entry):
                 return entry.value
             raise
 
@@ -366,8 +386,10 @@ def _async_wrapper(
                     flight = memo.flights[k] = concurrent.futures.Future()
                     flight.set_running_or_notify_cancel()  # a waiter's cancel never reaches it
                     break
+            waited = asyncio.wrap_future(flight)
+            waited.add_done_callback(_retrieve)  # a cancelled waiter leaves it unread
             try:
-                return await asyncio.shield(asyncio.wrap_future(flight))
+                return await asyncio.shield(waited)
             except _LeaderGone:  # its loader was cancelled
                 entry = memo.loaded(k)  # another waiter may have loaded it by now
                 if entry is not None:
@@ -413,7 +435,7 @@ def _async_wrapper(
         try:
             return await load(k, args, kwargs)
         except Exception:
-            if action == "early" or memo.fallback(entry):
+            if memo.stands_in(action, entry):
                 return entry.value
             raise
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import io
+import logging
 import os
 import random
 import subprocess
@@ -30,6 +32,7 @@ from requests.structures import CaseInsensitiveDict
 
 from smoothclient import (
     AsyncSmoothTransport,
+    JitteredTTLCache,
     Pacer,
     RateLimited,
     RetryPolicy,
@@ -696,6 +699,117 @@ def test_item12_noisy_429s_do_not_collapse_throughput(edge: str) -> None:
     summary = f"{rate:.1f} successes/s; outcomes {counts} in {elapsed:.2f} s"
     assert rate >= 100, summary
     assert counts["rate_limited"] == 0, f"RateLimited before being sent: {summary}"
+
+
+# --------------------------------------------------------------------------- item 13
+
+
+def test_item13_recursive_same_key_does_not_deadlock() -> None:
+    """Item 13: a cached function that calls itself with the same key completes (no deadlock)."""
+
+    @cached(cachetools.LRUCache(maxsize=10), key=lambda n, depth=0: cachetools.keys.hashkey(n))
+    def load(n: int, depth: int = 0) -> int:
+        if depth == 0:
+            return load(n, depth=1)
+        return n * 10
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(load(1))
+        except BaseException as exc:  # an explicit error is acceptable; hanging is not
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=2.0)
+    assert not thread.is_alive(), "deadlocked: a cached function calling itself with the same key"
+    assert outcome
+
+
+def test_item13_async_cancelled_waiter_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """
+    Item 13: async cached() with a failing load and a cancelled waiter writes no 'Future exception
+    was never retrieved'.
+    """
+
+    @cached(cachetools.LRUCache(maxsize=10))
+    async def load(n: int) -> int:
+        await asyncio.sleep(0.01)
+        raise ValueError("upstream down")
+
+    async def main() -> None:
+        leader = asyncio.create_task(load(1))
+        await asyncio.sleep(0)
+        waiter = asyncio.create_task(load(1))
+        await asyncio.sleep(0.001)
+        waiter.cancel()
+        await asyncio.gather(leader, waiter, return_exceptions=True)
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    never = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert not never, never
+
+
+def test_item13_async_failing_load_alone_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """
+    Item 13: async cached() with failing loads and concurrent waiters writes no 'Future exception
+    was never retrieved'.
+    """
+
+    @cached(cachetools.LRUCache(maxsize=10))
+    async def load(n: int) -> int:
+        await asyncio.sleep(0.005)
+        raise ValueError("upstream down")
+
+    async def main() -> None:
+        await asyncio.gather(*(load(1) for _ in range(5)), return_exceptions=True)
+        with pytest.raises(ValueError, match="down"):
+            await load(2)
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(main())
+        gc.collect()
+    never = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert not never, never
+
+
+def test_item13_early_refresh_failure_never_returns_value_older_than_ttl() -> None:
+    """
+    Item 13: early_refresh without stale_if_error: a failed reload never returns a value older than
+    ttl.
+    """
+    clock = FakeClock(0.0)
+    ttl = 10.0
+    loaded_at: dict[str, float] = {}
+    calls = []
+
+    @cached(
+        JitteredTTLCache(maxsize=10, ttl=ttl, timer=clock, jitter=0.0),
+        early_refresh=1e9,  # any load in the last stretch triggers the early refresh
+        rng=random.Random(0),
+    )
+    def load(key: str) -> str:
+        calls.append(clock())
+        clock.advance(1.0)  # the load takes 1 s (XFetch's delta)
+        if len(calls) == 1:
+            loaded_at["v1"] = clock()
+            return "v1"
+        clock.advance(5.0)  # the reload is slow, then fails
+        raise ValueError("upstream down")
+
+    assert load("k") == "v1"
+    clock.advance(9.5)  # still fresh (fresh until 11), inside the early-refresh stretch
+    try:
+        value = load("k")
+    except ValueError:
+        return  # correct: nothing fresh to fall back on
+    age = clock() - loaded_at[value]
+    assert len(calls) == 2, "no early refresh happened; the test set-up is wrong"
+    assert age <= ttl, f"returned {value!r} aged {age:.1f} s (ttl {ttl:g} s)"
 
 
 # --------------------------------------------------------------------------- item 14
