@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 #: make test fails below this line coverage of smoothclient (per cent)
 COVERAGE_FLOOR := 93
 
-.PHONY: demo test test-fast lint typecheck pytest bench clean
+.PHONY: demo test test-fast lint typecheck pytest bench fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest --cov=smoothclient --cov-report=term:skip-covered \
 		--cov-fail-under=$(COVERAGE_FLOOR)
+
+# the transport's bounds under random server answers, far longer than make test runs them
+fuzz: $(STAMP)
+	SMOOTHCLIENT_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/edges/test_fuzz.py
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,all,bench]'
