@@ -18,6 +18,7 @@ anything else goes through the bucket.  Every request is logged
 from __future__ import annotations
 
 import math
+import socket
 import sys
 import threading
 import time
@@ -75,8 +76,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.rfile.read(length)
 
     def do_GET(self) -> None:
-        """Answer through the bucket."""
+        """Answer through the bucket (or misbehave, under ``/fault/``)."""
         self._body()
+        if self.path.startswith("/fault/"):
+            self._fault(self.path.split("?", 1)[0].split("/"))
+            return
         status, headers = self.server.owner.answer(self.path)
         body = b"ok\n" if status < 400 else b"slow down\n"
         self.send_response(status)
@@ -87,6 +91,59 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
+
+    def _fault(self, parts: list[str]) -> None:
+        """
+        A server at its worst, for the end-to-end tests of every edge (each bounded in time).
+
+        ``reset``: a 503 with a JSON body cut off mid-way, then the connection closed;
+        ``stall``: a 503 whose headers never come (for 5 s); ``drip``: the header block one
+        byte every 0.2 s (5 s in all); ``endless``: a 503 whose chunked body goes on (5 s).
+        The first request to ``/fault/<kind>/once`` misbehaves, later ones answer 200.
+        """
+        owner, kind = self.server.owner, parts[2] if len(parts) > 2 else ""
+        if parts[-1] == "once":
+            with owner._log_lock:
+                first = self.path not in owner._seen
+                owner._seen.add(self.path)
+            if not first:
+                self._plain(200, b"ok\n")
+                return
+        if kind == "reset":
+            self.wfile.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"retry_after": 0.1, "pad'
+            )
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif kind == "stall":
+            time.sleep(5.0)
+            self.close_connection = True
+        elif kind == "drip":
+            for byte in b"HTTP/1.1 503 Service Unavailable\r\nX-Drip: " + b"a" * 20:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.2)
+            self.close_connection = True
+        elif kind == "endless":
+            self.wfile.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            deadline = time.monotonic() + 5.0
+            while time.monotonic() < deadline:
+                self.wfile.write(b"4\r\nslow\r\n")
+                self.wfile.flush()
+                time.sleep(0.05)
+            self.close_connection = True
+        else:
+            self._plain(404, b"no such fault\n")
+
+    def _plain(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
 
 class _Server(ThreadingHTTPServer):
