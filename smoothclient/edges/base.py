@@ -23,7 +23,7 @@ from ..policy import DEFAULT_POLICY, RetryPolicy
 from .flow import CallFlow, Failure, Reply, drive, drive_async
 from .lane import FastLane, Lane, _Response, first_try, first_try_async
 
-__all__ = ["DRAIN_LIMIT", "EdgeCore", "RequestInfo", "describe", "drainable"]
+__all__ = ["DRAIN_LIMIT", "Edge", "EdgeCore", "RequestInfo", "describe", "drainable"]
 
 R = TypeVar("R", bound=_Response)
 A = TypeVar("A")
@@ -188,3 +188,19 @@ class EdgeCore:
             error=first.exception if isinstance(first, Failure) else None,
         )
         return done.unwrap(), done.record.as_dict()
+
+
+class Edge:
+    """What every edge class shows of its core: the policy and the pacer it runs with."""
+
+    _core: EdgeCore
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy."""
+        return self._core.policy
+
+    @property
+    def pacer(self) -> PacerLike:
+        """The pacer (shared with whichever transports and adapters were given it)."""
+        return self._core.pacer

@@ -25,7 +25,7 @@ from ..hints import GENERIC, FieldAccess, wants_body
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..policy import RetryPolicy
-from .base import EdgeCore, RequestInfo, drainable
+from .base import Edge, EdgeCore, RequestInfo, drainable
 from .flow import Failure, Reply
 
 __all__ = ["AsyncSmoothTransport", "SmoothTransport"]
@@ -144,23 +144,13 @@ def _replayable(request: httpx.Request) -> bool:
     return True
 
 
-class _Base:
+class _Base(Edge):
     """What the sync and async transports share: the edge core and the request's facts."""
 
     def __init__(
         self, policy: RetryPolicy | None, pacer: PacerLike | None, rng: random.Random | None
     ) -> None:
         self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS)
-
-    @property
-    def policy(self) -> RetryPolicy:
-        """The retry policy."""
-        return self._core.policy
-
-    @property
-    def pacer(self) -> PacerLike:
-        """The pacer (shared with whichever transports and adapters were given it)."""
-        return self._core.pacer
 
     @staticmethod
     def _origin(request: httpx.Request) -> str:

@@ -27,7 +27,7 @@ from ..hints import GENERIC, FieldAccess, wants_body
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..policy import RetryPolicy
-from .base import EdgeCore, RequestInfo, drainable
+from .base import Edge, EdgeCore, RequestInfo, drainable
 from .flow import Failure, Reply
 
 __all__ = ["SmoothAdapter"]
@@ -154,7 +154,7 @@ def _rewinder(body: object) -> tuple[bool, Callable[[], object] | None]:
     return False, None
 
 
-class SmoothAdapter(HTTPAdapter):
+class SmoothAdapter(Edge, HTTPAdapter):
     """
     A requests transport adapter with shift-and-widen retries and per-origin pacing.
 
@@ -185,16 +185,6 @@ class SmoothAdapter(HTTPAdapter):
         self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS)
         self._sleep = sleep
         super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
-
-    @property
-    def policy(self) -> RetryPolicy:
-        """The retry policy."""
-        return self._core.policy
-
-    @property
-    def pacer(self) -> PacerLike:
-        """The pacer (shared with whichever transports and adapters were given it)."""
-        return self._core.pacer
 
     #: What pickling keeps (requests pickles sessions with their adapters): the pacer comes
     #: back empty with its settings, shared as before by the adapters that shared it.
