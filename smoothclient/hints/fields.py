@@ -78,9 +78,14 @@ def is_relevant(name: str) -> bool:
     return name in TIMING_FIELDS or name.startswith(QUOTA_PREFIXES)
 
 
+def _too_long(name: object) -> bool:
+    """A name longer than any hint field's: neither read nor remembered."""
+    return isinstance(name, bytes | bytearray | str) and len(name) > MAX_NAME
+
+
 def _field_of(name: object) -> str | None:
     """The lowercased field ``name`` is read as, or ``None`` when it carries nothing we read."""
-    if isinstance(name, bytes | bytearray | str) and len(name) > MAX_NAME:
+    if _too_long(name):
         return None
     key = text(name).strip().lower()
     return key if key in CONTEXT_FIELDS or is_relevant(key) else None
@@ -142,7 +147,7 @@ class KnownNames:
     def learn(self, name: object) -> str | None:
         """The field ``name`` is read as (``None``: not read), remembered when short."""
         found = _field_of(name)
-        if len(self.fields) < self.limit and type(name) in (str, bytes) and len(name) <= MAX_NAME:  # type: ignore[arg-type]
+        if len(self.fields) < self.limit and type(name) in (str, bytes) and not _too_long(name):
             self.fields[name] = found
         return found
 
@@ -169,9 +174,7 @@ class KnownNames:
             field = self.learn(name)
             known = self._yes if field is not None and field not in CONTEXT_FIELDS else self._no
             relevant = relevant or known is self._yes
-            if len(known) < self.limit and not (
-                isinstance(name, str | bytes) and len(name) > MAX_NAME
-            ):
+            if len(known) < self.limit and not _too_long(name):
                 known.add(name)
         return relevant
 
@@ -195,7 +198,7 @@ def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]
             key = learn(name)
         if key is None:
             continue
-        value_text = value.decode("latin-1") if type(value) is bytes else text(value)
+        value_text = text(value)
         if len(value_text) > MAX_VALUE:
             log.debug("ignoring %s: its value is over %d characters", key, MAX_VALUE)
             continue
