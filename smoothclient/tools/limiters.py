@@ -189,13 +189,13 @@ def headers_for(
     delay = verdict.retry_in
     if style == "ietf":
         headers += [
-            ("RateLimit-Policy", f'"default";q={limit_of(limiter)};w={math.ceil(limiter.window)}'),
+            ("RateLimit-Policy", f'"default";q={limiter.limit};w={math.ceil(limiter.window)}'),
             ("RateLimit", f'"default";r={verdict.remaining};t={math.ceil(verdict.reset_in)}'),
         ]
     elif style in ("x", "github"):
         reset = epoch + verdict.reset_in
         headers += [
-            ("X-RateLimit-Limit", str(limit_of(limiter))),
+            ("X-RateLimit-Limit", str(limiter.limit)),
             ("X-RateLimit-Remaining", str(verdict.remaining)),
             ("X-RateLimit-Reset", f"{reset:.3f}" if style == "x" else str(math.ceil(reset))),
         ]
@@ -204,11 +204,6 @@ def headers_for(
             ("Retry-After", f"{retry_after:g}" if retry_after else str(max(1, math.ceil(delay))))
         )
     return headers
-
-
-def limit_of(limiter: Limiter) -> int:
-    """The limit a server states (a bucket states its refill per window)."""
-    return limiter.limit
 
 
 @dataclass(frozen=True, slots=True)
