@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 import httpx
@@ -116,6 +116,42 @@ async def _aread(response: httpx.Response) -> httpx.Response:
                 await response.aclose()
             raise
     return response
+
+
+async def _bounded(
+    attempt: Coroutine[Any, Any, httpx.Response], left: float, request: httpx.Request
+) -> httpx.Response:
+    """
+    ``attempt`` cut as a whole at ``left`` seconds, raising ``httpx.ReadTimeout``.
+
+    Each read's own timeout bounds one read only: a header block dripped a byte at a time
+    would hold the attempt past the call's deadline.  A cancel scope bounds the whole
+    attempt (``asyncio.timeout`` on asyncio, ``anyio`` elsewhere, e.g. trio).  Sync edges
+    have no such scope: there each read is bounded, not the attempt.
+    """
+    import asyncio  # imported here: only async callers come this way, and it is cheap then
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio): anyio's scope follows the running library
+        import anyio
+
+        with anyio.move_on_after(left):
+            return await attempt
+        raise _deadline_passed(request, left) from None
+    timer = asyncio.timeout(left)
+    try:
+        async with timer:
+            return await attempt
+    except TimeoutError:
+        if not timer.expired():
+            raise  # not ours
+        raise _deadline_passed(request, left) from None
+
+
+def _deadline_passed(request: httpx.Request, left: float) -> httpx.ReadTimeout:
+    msg = f"the attempt outlasted what was left of the call's deadline ({left:.3g} s)"
+    return httpx.ReadTimeout(msg, request=request)
 
 
 def _cut(request: httpx.Request, left: float | None) -> httpx.Request:
@@ -274,6 +310,11 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         return response
 
     async def _attempt(self, request: httpx.Request, left: float | None) -> httpx.Response:
+        if left is None:
+            return await self._send(request, left)
+        return await _bounded(self._send(request, left), left, request)
+
+    async def _send(self, request: httpx.Request, left: float | None) -> httpx.Response:
         return await _aread(await self.transport.handle_async_request(_cut(request, left)))
 
     @staticmethod

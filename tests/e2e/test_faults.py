@@ -80,8 +80,6 @@ def test_a_broken_error_answer_is_retried(server: LimitedServer, get: Get, kind:
     assert time.monotonic() - start < 2.0
 
 
-# "drip" (a header block a byte at a time) is not here yet: every read is quick, so only a
-# whole-attempt bound would cut it (a cancel scope on async edges; sync edges have none)
 @pytest.mark.parametrize("kind", ["stall"])
 def test_an_answer_that_never_comes_ends_at_the_deadline(
     server: LimitedServer, get: Get, kind: str
@@ -93,3 +91,37 @@ def test_an_answer_that_never_comes_ends_at_the_deadline(
     elapsed = time.monotonic() - start
     assert status is None  # the client library's own timeout error, raised
     assert elapsed < 1.5
+
+
+def _httpx_trio(url: str, policy: RetryPolicy) -> tuple[int | None, dict[str, Any]]:
+    import trio
+
+    async def main() -> tuple[int | None, dict[str, Any]]:
+        transport = AsyncSmoothTransport(policy=policy)
+        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+            try:
+                response = await client.get(url)
+            except httpx.HTTPError as exc:
+                return None, getattr(exc, "smoothclient", {})
+        return response.status_code, response.extensions["smoothclient"]
+
+    return trio.run(main)
+
+
+@pytest.mark.parametrize("run", [_httpx_async, _httpx_trio], ids=["asyncio", "trio"])
+def test_a_dripped_header_block_ends_at_the_deadline_on_async_edges(
+    server: LimitedServer, run: Get
+) -> None:
+    """
+    Every read is quick but the header block never ends: the whole attempt is cut.
+
+    Only async edges can do that (a cancel scope); sync edges bound each read, not the
+    attempt, and are not tested here.
+    """
+    policy = FAST.replace(timeout=0.8)
+    start = time.monotonic()
+    status, record = run(f"{server.url}/fault/drip?drip-{run.__name__}", policy)
+    elapsed = time.monotonic() - start
+    assert status is None  # httpx's own ReadTimeout, with the call's record
+    assert record["attempts"] == 1
+    assert elapsed < 1.3

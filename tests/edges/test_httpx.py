@@ -618,3 +618,31 @@ async def test_cancelled_while_reading_a_paced_first_error_body_keeps_counts(
     assert scope.cancelled_caught
     view = pacer.view("https://api.test:443")
     assert (view.waiting, view.in_flight) == (0, 0)
+
+
+@pytest.mark.anyio
+async def test_async_attempt_is_cut_as_a_whole_at_the_deadline() -> None:
+    """An attempt slower than the deadline, though no single read is: ReadTimeout, one try."""
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await anyio.sleep(5)
+        return httpx.Response(200)  # pragma: no cover - cut before
+
+    policy = RetryPolicy(timeout=0.05, attempts=3)
+    transport = AsyncSmoothTransport(httpx.MockTransport(slow), policy=policy)
+    async with httpx.AsyncClient(transport=transport) as client:
+        with anyio.fail_after(2):  # this test's own guard
+            with pytest.raises(httpx.ReadTimeout, match="deadline") as caught:
+                await client.get(URL)
+    assert caught.value.smoothclient["attempts"] == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.anyio
+async def test_a_timeout_error_of_the_inner_transport_is_not_taken_for_the_deadline() -> None:
+    async def failing(request: httpx.Request) -> httpx.Response:
+        raise TimeoutError("the inner transport's own")
+
+    transport = AsyncSmoothTransport(httpx.MockTransport(failing), policy=RetryPolicy(timeout=5))
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(TimeoutError, match="own"):
+            await client.get(URL)
