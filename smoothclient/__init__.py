@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from .events import RetryEvent
     from .hints import Hints, Quota, read_body_hints, read_hints
     from .pacing.pacer import Pacer
+    from .pacing.presets import GITHUB_SCOPES
+    from .pacing.scopes import ScopeRequest, ScopeRule, ScopeRules
     from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
     from .spreading.jittered import jittered
     from .spreading.offsets import next_run, offset_for
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 PUBLIC: dict[str, tuple[str, str | None]] = {
     "AsyncSmoothTransport": ("edges.httpx_transport", "httpx"),
     "DEFAULT_POLICY": ("policy", None),
+    "GITHUB_SCOPES": ("pacing.presets", None),
     "Hints": ("hints", None),
     "InfeasibleWindow": ("errors", None),
     "JitteredTTLCache": ("cache", None),
@@ -47,6 +50,9 @@ PUBLIC: dict[str, tuple[str, str | None]] = {
     "RetryBudget": ("policy", None),
     "RetryEvent": ("events", None),
     "RetryPolicy": ("policy", None),
+    "ScopeRequest": ("pacing.scopes", None),
+    "ScopeRule": ("pacing.scopes", None),
+    "ScopeRules": ("pacing.scopes", None),
     "SmoothAdapter": ("edges.requests_adapter", "requests"),
     "SmoothError": ("errors", None),
     "SmoothTransport": ("edges.httpx_transport", "httpx"),
@@ -72,6 +78,7 @@ _EXTRA_PACKAGES = {
 #: Spelled out for type checkers; a test holds it to :data:`PUBLIC`.
 __all__ = [
     "DEFAULT_POLICY",
+    "GITHUB_SCOPES",
     "AsyncSmoothTransport",
     "Hints",
     "InfeasibleWindow",
@@ -84,6 +91,9 @@ __all__ = [
     "RetryBudget",
     "RetryEvent",
     "RetryPolicy",
+    "ScopeRequest",
+    "ScopeRule",
+    "ScopeRules",
     "SmoothAdapter",
     "SmoothError",
     "SmoothTransport",

@@ -19,9 +19,11 @@ from typing import Any, TypeVar
 from ..hints import FieldAccess
 from ..hints.numbers import declared_length
 from ..pacing.pacer import Pacer, PacerLike
+from ..pacing.scopes import ScopeFn
+from ..pacing.store import Tracker
 from ..policy import DEFAULT_POLICY, RetryPolicy
 from .flow import CallFlow, Failure, Reply, drive, drive_async
-from .lane import FastLane, Lane, _Response, first_try, first_try_async
+from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async
 
 __all__ = ["DRAIN_LIMIT", "Edge", "EdgeCore", "RequestInfo", "describe", "drainable"]
 
@@ -63,9 +65,11 @@ class EdgeCore:
         pacer: any pacer with a clock and per-origin trackers (default: a new :class:`Pacer`).
         rng: randomness for jitter.
         access: how this edge's header containers are read.
+        route_of: a request's method and path (for scopes).
+        scope: the edge's scope function (overrides the pacer's).
     """
 
-    __slots__ = ("_access", "lane", "pacer", "policy", "rng")
+    __slots__ = ("_access", "bind", "lane", "pacer", "policy", "rng")
 
     def __init__(
         self,
@@ -73,6 +77,8 @@ class EdgeCore:
         pacer: object,
         rng: random.Random | None,
         access: FieldAccess,
+        route_of: Callable[[Any], tuple[str, str]] | None = None,
+        scope: object = None,
     ) -> None:
         """Validate ``policy`` and ``pacer`` and fill in the defaults."""
         if policy is not None and not isinstance(policy, RetryPolicy):
@@ -87,7 +93,11 @@ class EdgeCore:
         self.pacer: PacerLike = pacer or Pacer()
         self.rng = rng or random.Random()
         self._access = access
-        self.lane = FastLane(self.pacer, self.policy, access)
+        if scope is not None and not callable(scope):
+            msg = f"scope must be a function of a ScopeRequest, not {type(scope).__name__}"
+            raise TypeError(msg)
+        self.bind = _binder(self.pacer, route_of, scope)
+        self.lane = FastLane(self.pacer, self.policy, access, self.bind)
 
     def _within(self, send: Callable[[A, float | None], T], started: float) -> Callable[[A], T]:
         """``send`` told, at each attempt, what is left of the deadline begun at ``started``."""
@@ -104,11 +114,23 @@ class EdgeCore:
         first: Reply | Failure | None,
         lane: Lane,
         started: float | None = None,
+        tracker: Tracker | None = None,
+        request: object = None,
     ) -> CallFlow:
-        """The call flow of one request whose first attempt went as ``first`` on ``lane``."""
+        """
+        The call flow of one request whose first attempt went as ``first`` on ``lane``.
+
+        ``tracker``: the one that admitted the first attempt on the fast lane.
+        """
+        bind = self.bind
+        rebind: Callable[[bool], Tracker | None] | None = (
+            None if bind is None else lambda late: bind(origin, request, late)
+        )
+        if tracker is None:
+            tracker = (rebind and rebind(False)) or self.pacer.track(origin)
         return CallFlow(
             self.policy,
-            self.pacer.track(origin),
+            tracker,
             self.pacer.clock,
             origin,
             method=info.method,
@@ -120,6 +142,7 @@ class EdgeCore:
             first_counted=lane is Lane.ADMITTED,
             access=self._access,
             started=started,
+            rebind=rebind,
         )
 
     def call(
@@ -141,13 +164,13 @@ class EdgeCore:
         """
         started = self.pacer.clock()  # the deadline counts the first attempt too
         attempt = self._within(send, started)
-        response, first, record, lane = first_try(
+        response, first, record, lane, tracker = first_try(
             self.lane, origin, attempt, request, failure_of, reply_of
         )
         if record is not None and response is not None:  # ended on the fast lane
             return response, record
         done = drive(
-            self.flow(origin, info(request), first, lane, started),
+            self.flow(origin, info(request), first, lane, started, tracker, request),
             lambda: attempt(request),
             reply_of,
             failure_of,
@@ -172,13 +195,13 @@ class EdgeCore:
         """Async twin of :meth:`call`."""
         started = self.pacer.clock()
         attempt = self._within(send, started)
-        response, first, record, lane = await first_try_async(
+        response, first, record, lane, tracker = await first_try_async(
             self.lane, origin, attempt, request, failure_of, reply_of
         )
         if record is not None and response is not None:  # ended on the fast lane
             return response, record
         done = await drive_async(
-            self.flow(origin, info(request), first, lane, started),
+            self.flow(origin, info(request), first, lane, started, tracker, request),
             lambda: attempt(request),
             reply_of,
             failure_of,
@@ -188,6 +211,37 @@ class EdgeCore:
             error=first.exception if isinstance(first, Failure) else None,
         )
         return done.unwrap(), done.record.as_dict()
+
+
+def _binder(
+    pacer: PacerLike, route_of: Callable[[Any], tuple[str, str]] | None, scope: object
+) -> Binder | None:
+    """How requests are bound to scopes: ``None`` when the pacer has no scopes."""
+    if getattr(pacer, "bind", None) is None or route_of is None:
+        return None
+    return _Bind(pacer, route_of, scope)  # type: ignore[arg-type]
+
+
+class _Bind:
+    """:meth:`Pacer.bind` with an edge's ``route_of`` and scope function (picklable)."""
+
+    __slots__ = ("pacer", "route_of", "scope")
+
+    def __init__(
+        self, pacer: Pacer, route_of: Callable[[Any], tuple[str, str]], scope: ScopeFn | None
+    ) -> None:
+        self.pacer, self.route_of, self.scope = pacer, route_of, scope
+
+    def __getstate__(self) -> tuple[Pacer, Callable[[Any], tuple[str, str]], ScopeFn | None]:
+        return self.pacer, self.route_of, self.scope
+
+    def __setstate__(
+        self, state: tuple[Pacer, Callable[[Any], tuple[str, str]], ScopeFn | None]
+    ) -> None:
+        self.pacer, self.route_of, self.scope = state
+
+    def __call__(self, origin: str, request: object, late: bool) -> Tracker | None:
+        return self.pacer.bind(origin, request, self.route_of, scope=self.scope, late=late)
 
 
 class Edge:

@@ -21,6 +21,7 @@ from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide
 from ..errors import RateLimited
 from ..events import CallRecord, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
+from ..pacing.scopes import Bound
 from ..pacing.store import Tracker
 from ..policy import RetryPolicy
 
@@ -138,6 +139,7 @@ class CallFlow:
         first_counted: bool = False,
         access: FieldAccess = GENERIC,
         started: float | None = None,
+        rebind: Callable[[bool], Tracker | None] | None = None,
     ) -> None:
         """
         Prepare one logical call; nothing happens until :meth:`run` is driven.
@@ -145,7 +147,9 @@ class CallFlow:
         ``first`` is the result of a first attempt the edge already sent on its fast lane;
         ``first_counted`` True when the tracker already counts it in flight.  ``access`` reads
         the edge's header containers.  ``started``: when the call began (before a fast-lane
-        first attempt, whose time counts toward the deadline); default: now.
+        first attempt, whose time counts toward the deadline); default: now.  ``rebind(late)``
+        binds the request to its scopes again (see :meth:`smoothclient.Pacer.bind`): before
+        each later attempt, and to learn the scopes a response names.
         """
         mode = testing.current()
         if mode is not None:
@@ -164,6 +168,8 @@ class CallFlow:
         self.first_counted = first_counted
         self.access = access
         self.started = started
+        self.rebind = rebind
+        self.base = tracker  # what the request is bound by when no scope binds it
         self.record = CallRecord()
 
     def _sleep(self, seconds: float) -> Sleep:
@@ -172,7 +178,7 @@ class CallFlow:
 
     def run(self) -> Generator[Action, Reply | Failure | None, CallRecord]:
         """Drive the call: yield actions, receive replies, return the record."""
-        policy, tracker, clock = self.policy, self.tracker, self.clock
+        policy, clock = self.policy, self.clock
         started = clock() if self.started is None else self.started
         deadline = None if policy.timeout is None else started + policy.timeout
         state = CallState(started, self.method, self.has_key, None, self.replayable)
@@ -183,9 +189,11 @@ class CallFlow:
                 granted = yield from self._admit(not_before, deadline)
                 if not granted:
                     return self.record
+                tracker = self.tracker  # as bound at admission
                 sent_at = clock()
                 tracker.sent()
             else:  # the edge's fast lane already sent the first attempt
+                tracker = self.tracker
                 sent_at = started
                 if not self.first_counted:
                     tracker.adopt()
@@ -232,6 +240,8 @@ class CallFlow:
             latest = max(self.clock(), not_before) + cap
             deadline = latest if deadline is None else min(deadline, latest)
         while True:
+            if self.rebind is not None:  # the scopes learned since bind the request too
+                self.tracker = self.rebind(False) or self.base
             now = self.clock()
             admission = self.tracker.acquire(now, not_before=not_before, deadline=deadline)
             if not admission.granted:
@@ -265,7 +275,10 @@ class CallFlow:
             hints = read_fields(result.headers, self.access)
             if result.body is not None:
                 hints = with_body_hints(hints, result.body)
-            tracker.observe(result.status, hints, now, sent_at=sent_at)
+            learner = tracker
+            if hints.scoped and self.rebind is not None and not isinstance(tracker, Bound):
+                learner = self.rebind(True) or tracker  # learns the scopes named
+            learner.observe(result.status, hints, now, sent_at=sent_at)
             outcome = Outcome.from_status(result.status, hints)
             if ends_call(policy, result.status, hints):
                 return _SUCCESS, outcome  # the common case: nothing to decide

@@ -24,6 +24,7 @@ from ..engine.decide import ErrorKind
 from ..hints import GENERIC, FieldAccess, wants_body
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
+from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
 from .base import Edge, EdgeCore, RequestInfo, drainable
 from .flow import Failure, Reply
@@ -171,6 +172,11 @@ def _cut(request: httpx.Request, left: float | None) -> httpx.Request:
     return request
 
 
+def _route(request: httpx.Request) -> tuple[str, str]:
+    """A request's method and path, for scopes."""
+    return request.method, request.url.path
+
+
 def _replayable(request: httpx.Request) -> bool:
     """A request whose body is in memory can be sent again; a streaming generator cannot."""
     try:
@@ -184,9 +190,13 @@ class _Base(Edge):
     """What the sync and async transports share: the edge core and the request's facts."""
 
     def __init__(
-        self, policy: RetryPolicy | None, pacer: PacerLike | None, rng: random.Random | None
+        self,
+        policy: RetryPolicy | None,
+        pacer: PacerLike | None,
+        rng: random.Random | None,
+        scope: ScopeFn | None,
     ) -> None:
-        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS)
+        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope)
 
     @staticmethod
     def _origin(request: httpx.Request) -> str:
@@ -213,6 +223,8 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         pacer: a :class:`~smoothclient.Pacer` to share with other transports (default: its own).
         rng: randomness for jitter (default a fresh ``random.Random()``).
         sleep: how to wait (default ``time.sleep``; tests pass a fake clock's ``sleep``).
+        scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
+            :class:`~smoothclient.ScopeRules`).
     """
 
     def __init__(
@@ -223,9 +235,10 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         pacer: PacerLike | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], object] = time.sleep,
+        scope: ScopeFn | None = None,
     ) -> None:
         """Wrap ``transport``."""
-        super().__init__(policy, pacer, rng)
+        super().__init__(policy, pacer, rng, scope)
         self.transport = transport if transport is not None else httpx.HTTPTransport()
         self._sleep = sleep
 
@@ -288,9 +301,10 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         pacer: PacerLike | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], Any] = _anyio_sleep,
+        scope: ScopeFn | None = None,
     ) -> None:
         """Wrap ``transport``."""
-        super().__init__(policy, pacer, rng)
+        super().__init__(policy, pacer, rng, scope)
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._sleep = sleep
 

@@ -18,8 +18,9 @@ from typing import Any, Protocol, TypeVar
 from .. import testing
 from ..engine.decide import ends_call
 from ..events import first_attempt_record
-from ..hints import FieldAccess, has_hints, read_fields
+from ..hints import FieldAccess, Hints, has_hints, read_fields
 from ..pacing.pacer import PacerLike
+from ..pacing.scopes import Bound
 from ..pacing.store import Tracker
 from ..policy import RetryPolicy
 from .flow import Failure, Reply
@@ -35,8 +36,11 @@ class Lane(IntEnum):
     ADMITTED = 2  # a paced origin with a free slot now: sent at once, counted in flight
 
 
+#: Binds a request to scopes: ``(origin, request, late)`` -> a tracker, or ``None`` (its
+#: origin's alone); see :meth:`smoothclient.Pacer.bind`.
+Binder = Callable[[str, Any, bool], Tracker | None]
 #: The attempt was not sent on the fast lane.
-NOT_SENT: tuple[None, None, None, Lane] = (None, None, None, Lane.FLOW)
+NOT_SENT: tuple[None, None, None, Lane, None] = (None, None, None, Lane.FLOW, None)
 _NOT_ENTERED: tuple[Lane, None, float] = (Lane.FLOW, None, 0.0)
 
 
@@ -61,30 +65,55 @@ class FastLane:
     flow as its first attempt.
     """
 
-    __slots__ = ("_access", "_has_hints", "_policy", "_retry_statuses", "pacer")
+    __slots__ = ("_access", "_has_hints", "_policy", "_retry_statuses", "bind", "pacer")
 
-    def __init__(self, pacer: PacerLike, policy: RetryPolicy, access: FieldAccess) -> None:
-        """Serve requests to ``pacer``'s origins under ``policy``."""
+    def __init__(
+        self,
+        pacer: PacerLike,
+        policy: RetryPolicy,
+        access: FieldAccess,
+        bind: Binder | None = None,
+    ) -> None:
+        """Serve requests to ``pacer``'s origins under ``policy`` (scopes from ``bind``)."""
         self.pacer = pacer
+        self.bind = bind
         self._policy = policy
         self._retry_statuses = policy.retry_statuses
         self._access = access
         self._has_hints: Callable[[Any], bool] = functools.partial(has_hints, access=access)
 
-    def enter(self, origin: str) -> tuple[Lane, Tracker | None, float]:
+    def enter(self, origin: str, request: object = None) -> tuple[Lane, Tracker | None, float]:
         """May a first attempt to ``origin`` be sent at once?  The lane, tracker and time."""
         if testing.current() is not None:
             return _NOT_ENTERED
         pacer = self.pacer
+        bound = None if self.bind is None else self.bind(origin, request, False)
         now = pacer.clock()
-        tracker = pacer.peek(origin)
-        if tracker is not None and tracker.healthy(now):
-            return Lane.HEALTHY, tracker, now
-        tracker = pacer.track(origin)
+        if bound is None:  # the origin's tracker alone: looked at without a lock first
+            tracker = pacer.peek(origin)
+            if tracker is not None and tracker.healthy(now):
+                return Lane.HEALTHY, tracker, now
+            tracker = pacer.track(origin)
+        else:
+            tracker = bound
+            if tracker.healthy(now):
+                return Lane.HEALTHY, tracker, now
         return (Lane.ADMITTED, tracker, now) if tracker.try_now(now) else _NOT_ENTERED
 
+    def learner(self, tracker: Tracker, hints: Hints, origin: str, request: object) -> Tracker:
+        """The tracker to learn ``hints`` with: one that learns scopes, if they name any."""
+        if self.bind is None or isinstance(tracker, Bound) or not hints.scoped:
+            return tracker
+        return self.bind(origin, request, True) or tracker
+
     def leave(
-        self, tracker: Tracker, lane: Lane, sent_at: float, response: _Response
+        self,
+        tracker: Tracker,
+        lane: Lane,
+        sent_at: float,
+        response: _Response,
+        origin: str = "",
+        request: object = None,
     ) -> dict[str, Any] | None:
         """The record when ``response`` ends the call (learned from); ``None``: to the flow."""
         status, headers = response.status_code, response.headers
@@ -93,9 +122,11 @@ class FastLane:
             hints = read_fields(headers, self._access)
             if not ends_call(self._policy, status, hints):
                 return None  # the flow decides (and records why)
+            tracker = self.learner(tracker, hints, origin, request)
             tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED)
         elif lane is not Lane.HEALTHY or self._has_hints(headers):
             hints = read_fields(headers, self._access)
+            tracker = self.learner(tracker, hints, origin, request)
             tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED)
         else:
             tracker.note_success(now)  # a plain success on a healthy origin: lock-free
@@ -128,8 +159,9 @@ class FastLane:
 RS = TypeVar("RS", bound=_Response)
 A = TypeVar("A")
 #: A first attempt: the response (if any); what the flow takes as its first result (the
-#: response's reply, or the failure); the record if the call is complete; the lane.
-FirstAttempt = tuple[RS | None, Reply | Failure | None, dict[str, Any] | None, Lane]
+#: response's reply, or the failure); the record if the call is complete; the lane; the
+#: tracker that admitted it (``None``: not sent).
+FirstAttempt = tuple[RS | None, Reply | Failure | None, dict[str, Any] | None, Lane, Tracker | None]
 
 
 def first_try(
@@ -141,18 +173,18 @@ def first_try(
     reply_of: Callable[[RS], Reply],
 ) -> FirstAttempt[RS]:
     """Send ``request`` at once when the fast lane admits it (see :class:`FastLane`)."""
-    entry, tracker, sent_at = lane.enter(origin)
+    entry, tracker, sent_at = lane.enter(origin, request)
     if tracker is None:
         return NOT_SENT
     try:
         response = send(request)
     except BaseException as exc:
-        return None, lane.failed(tracker, entry, exc, failure_of), None, entry
-    record = lane.leave(tracker, entry, sent_at, response)
+        return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
+    record = lane.leave(tracker, entry, sent_at, response, origin, request)
     if record is not None:
-        return response, None, record, entry
+        return response, None, record, entry, tracker
     try:
-        return response, reply_of(response), None, entry
+        return response, reply_of(response), None, entry, tracker
     except BaseException:
         lane.abandoned(tracker, entry)
         raise
@@ -167,18 +199,18 @@ async def first_try_async(
     reply_of: Callable[[RS], Reply],
 ) -> FirstAttempt[RS]:
     """Async twin of :func:`first_try`."""
-    entry, tracker, sent_at = lane.enter(origin)
+    entry, tracker, sent_at = lane.enter(origin, request)
     if tracker is None:
         return NOT_SENT
     try:
         response = await send(request)
     except BaseException as exc:
-        return None, lane.failed(tracker, entry, exc, failure_of), None, entry
-    record = lane.leave(tracker, entry, sent_at, response)
+        return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
+    record = lane.leave(tracker, entry, sent_at, response, origin, request)
     if record is not None:
-        return response, None, record, entry
+        return response, None, record, entry, tracker
     try:
-        return response, reply_of(response), None, entry
+        return response, reply_of(response), None, entry, tracker
     except BaseException:
         lane.abandoned(tracker, entry)
         raise

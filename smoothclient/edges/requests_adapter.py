@@ -26,6 +26,7 @@ from ..engine.decide import ErrorKind
 from ..hints import GENERIC, FieldAccess, wants_body
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
+from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
 from .base import Edge, EdgeCore, RequestInfo, drainable
 from .flow import Failure, Reply
@@ -129,6 +130,11 @@ def _path(url: str) -> str:
     return parse_url(url).path or "/"
 
 
+def _route(request: requests.PreparedRequest) -> tuple[str, str]:
+    """A request's method and path, for scopes."""
+    return request.method or "GET", _path(request.url or "")
+
+
 def _cut(timeout: Any, left: float) -> Any:
     """A requests ``timeout`` (none, seconds, or (connect, read)) cut to ``left`` seconds."""
     if isinstance(timeout, tuple):
@@ -165,6 +171,8 @@ class SmoothAdapter(Edge, HTTPAdapter):
         pacer: a :class:`~smoothclient.Pacer` to share (default: its own).
         rng: randomness for jitter.
         sleep: how to wait (default ``time.sleep``).
+        scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
+            :class:`~smoothclient.ScopeRules`).
         **http_adapter_kwargs: passed to ``HTTPAdapter`` (``pool_connections``,
             ``pool_maxsize``, ``pool_block``); ``max_retries`` is refused.
     """
@@ -176,13 +184,14 @@ class SmoothAdapter(Edge, HTTPAdapter):
         pacer: PacerLike | None = None,
         rng: random.Random | None = None,
         sleep: Callable[[float], object] = time.sleep,
+        scope: ScopeFn | None = None,
         **http_adapter_kwargs: Any,
     ) -> None:
         """Create the adapter."""
         if "max_retries" in http_adapter_kwargs:
             msg = "SmoothAdapter retries by itself: pass policy=RetryPolicy(...), not max_retries"
             raise TypeError(msg)
-        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS)
+        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope)
         self._sleep = sleep
         super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
 

@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from . import sfv
 from .context import Ctx
-from .model import Quota, make_quota
+from .model import Quota, make_quota, scope_name
 from .xratelimit import legacy_window
 
 __all__ = ["ietf", "legacy_ietf"]
@@ -72,7 +72,9 @@ def ietf(ctx: Ctx) -> Iterator[Quota]:
             yield from _ietf_dictionary(ctx, text, policies, paired)
     for name, (quota, window, unit) in policies.items():
         if name not in paired and not name.startswith("#") and unit == "requests":
-            yield Quota(f"ietf:{name}", None, float(quota), _opt(window), None)
+            yield Quota(
+                f"ietf:{name}", None, float(quota), _opt(window), None, scope=scope_name(name)
+            )
 
 
 def _opt(value: int | None) -> float | None:
@@ -100,6 +102,7 @@ def _ietf_items(
             _opt(window),
             None if t is None else ctx.delta(float(t)),
             unit,
+            scope_name(item.value),
         )
 
 

@@ -7,11 +7,23 @@ it describes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["DAY", "HORIZON", "HeadersLike", "Hints", "Quota", "ResetFormat", "make_quota"]
+__all__ = [
+    "DAY",
+    "HORIZON",
+    "HeadersLike",
+    "Hints",
+    "Quota",
+    "ResetFormat",
+    "binding",
+    "hints_of",
+    "make_quota",
+    "scope_name",
+]
 
 HORIZON = 365 * 86400.0  # R13: anything further away is garbage
 DAY = 86400.0
@@ -21,7 +33,13 @@ HeadersLike = Mapping[str, str] | Iterable[tuple[str, str]] | Any
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """One quota a response describes; ``unit`` is ``"requests"`` unless the header says so."""
+    """
+    One quota a response describes; ``unit`` is ``"requests"`` unless the header says so.
+
+    ``scope`` is the server's name for the quota when it gives one (GitHub's
+    ``x-ratelimit-resource``, Discord's ``X-RateLimit-Bucket``, an IETF policy name): quotas
+    with different scopes are paced apart.
+    """
 
     source: str
     remaining: float | None = None
@@ -29,6 +47,7 @@ class Quota:
     window: float | None = None
     reset_after: float | None = None
     unit: str = "requests"
+    scope: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +64,8 @@ class Hints:
         should_retry: the server's explicit verdict (``Stripe-Should-Retry``, ``x-should-retry``).
         unit: what the binding quota counts (``"requests"``, ``"tokens"``, ...).
         quotas: every quota found, for callers that want more than the binding one.
+        origin_wide: the server says the limit it hit holds for the whole host (Discord's
+            ``X-RateLimit-Global``), not for one scope of it.
     """
 
     retry_after: float | None = None
@@ -55,6 +76,12 @@ class Hints:
     should_retry: bool | None = None
     unit: str = "requests"
     quotas: tuple[Quota, ...] = ()
+    origin_wide: bool = False
+
+    @property
+    def scoped(self) -> bool:
+        """True when a quota here names its scope, or the limit hit is the whole host's."""
+        return self.origin_wide or any(q.scope is not None for q in self.quotas)
 
     @property
     def exhausted(self) -> bool:
@@ -96,3 +123,62 @@ def make_quota(
     if remaining is None and limit is None and reset_after is None:
         return None
     return Quota(source, remaining, limit, window, reset_after, unit)
+
+
+_SCOPE = re.compile(r"[A-Za-z0-9_.:/~+-]{1,64}")
+
+
+def scope_name(value: str | None) -> str | None:
+    """A server's scope name if it is a plain token of at most 64 characters, else ``None``."""
+    if value is None:
+        return None
+    value = value.strip()
+    return value if _SCOPE.fullmatch(value) else None
+
+
+def binding(quotas: Sequence[Quota]) -> Quota | None:
+    """R10: the quota closest to exhaustion (smallest remaining/limit ratio)."""
+    if len(quotas) == 1:  # the common case
+        q = quotas[0]
+        found = q.remaining is not None or q.limit is not None or q.reset_after is not None
+        return q if found else None
+    known = [q for q in quotas if q.remaining is not None]
+    if not known:
+        return next((q for q in quotas if q.limit is not None or q.reset_after is not None), None)
+
+    def key(q: Quota) -> tuple[bool, bool, float, float, bool]:
+        remaining = q.remaining if q.remaining is not None else 0.0
+        limited = q.limit is not None and q.limit > 0
+        ratio = remaining / q.limit if limited and q.limit else remaining
+        return (remaining > 0, not limited, ratio, remaining, q.reset_after is None)
+
+    return min(known, key=key)
+
+
+def hints_of(
+    quotas: Sequence[Quota],
+    *,
+    retry_after: float | None = None,
+    should_retry: bool | None = None,
+    origin_wide: bool = False,
+) -> Hints:
+    """:class:`Hints` with ``quotas``, the binding one (see :func:`binding`) in front."""
+    bound = binding(quotas)
+    if bound is None:
+        return Hints(
+            retry_after=retry_after,
+            should_retry=should_retry,
+            quotas=tuple(quotas),
+            origin_wide=origin_wide,
+        )
+    return Hints(
+        retry_after=retry_after,
+        remaining=bound.remaining,
+        limit=bound.limit,
+        window=bound.window,
+        reset_after=bound.reset_after,
+        should_retry=should_retry,
+        unit=bound.unit,
+        quotas=tuple(quotas),
+        origin_wide=origin_wide,
+    )

@@ -19,7 +19,7 @@ from . import fields as _fields
 from .context import Ctx
 from .fields import GENERIC, FieldAccess, collect
 from .ietf import ietf, legacy_ietf
-from .model import HeadersLike, Hints, Quota, ResetFormat
+from .model import HeadersLike, Hints, Quota, ResetFormat, hints_of
 from .numbers import parse_number
 from .timing import retry_after, should_retry
 from .vendors import vendors
@@ -50,25 +50,6 @@ EXTRACTORS: tuple[tuple[Extractor, tuple[str, ...]], ...] = (
     ),
 )
 _EMPTY = Hints()
-
-
-def _binding(quotas: list[Quota]) -> Quota | None:
-    """R10: the quota closest to exhaustion (smallest remaining/limit ratio)."""
-    if len(quotas) == 1:  # the common case
-        q = quotas[0]
-        found = q.remaining is not None or q.limit is not None or q.reset_after is not None
-        return q if found else None
-    known = [q for q in quotas if q.remaining is not None]
-    if not known:
-        return next((q for q in quotas if q.limit is not None or q.reset_after is not None), None)
-
-    def key(q: Quota) -> tuple[bool, bool, float, float, bool]:
-        remaining = q.remaining if q.remaining is not None else 0.0
-        limited = q.limit is not None and q.limit > 0
-        ratio = remaining / q.limit if limited and q.limit else remaining
-        return (remaining > 0, not limited, ratio, remaining, q.reset_after is None)
-
-    return min(known, key=key)
 
 
 def _from_cache(ctx: Ctx) -> bool:
@@ -132,19 +113,16 @@ def read_fields(
     delay = _safely("Retry-After", retry_after, ctx, None)
     verdict = _safely("should-retry", should_retry, ctx, None)
     quotas = [] if _from_cache(ctx) else _gather_quotas(ctx)
-    bound = _binding(quotas)
-    if bound is None:
-        return Hints(retry_after=delay, should_retry=verdict, quotas=tuple(quotas))
-    return Hints(
-        retry_after=delay,
-        remaining=bound.remaining,
-        limit=bound.limit,
-        window=bound.window,
-        reset_after=bound.reset_after,
-        should_retry=verdict,
-        unit=bound.unit,
-        quotas=tuple(quotas),
-    )
+    return hints_of(quotas, retry_after=delay, should_retry=verdict, origin_wide=_global(ctx))
+
+
+def _global(ctx: Ctx) -> bool:
+    """Discord: the limit hit is the whole host's (``X-RateLimit-Global``, ``-Scope: global``)."""
+    if "x-ratelimit-global" in ctx.fields:
+        return any(v.strip().lower() == "true" for v in ctx.raw("x-ratelimit-global"))
+    if "x-ratelimit-scope" in ctx.fields:
+        return any(v.strip().lower() == "global" for v in ctx.raw("x-ratelimit-scope"))
+    return False
 
 
 def read_hints(

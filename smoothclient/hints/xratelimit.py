@@ -7,12 +7,13 @@ and the per-dimension variants (OpenAI, Kong, Anthropic).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterator
 
 from .context import Ctx
-from .model import Quota, make_quota
+from .model import Quota, make_quota, scope_name
 from .numbers import parse_go_duration, parse_number
 
 __all__ = ["dimensioned", "legacy_window", "x_rate_limit", "x_ratelimit"]
@@ -51,7 +52,17 @@ def _x_family(ctx: Ctx, prefix: str) -> Iterator[Quota]:
         reset_after=reset,
     )
     if quota:
-        yield quota
+        scope = _scope(ctx, prefix)
+        yield quota if scope is None else dataclasses.replace(quota, scope=scope)
+
+
+def _scope(ctx: Ctx, prefix: str) -> str | None:
+    """GitHub's ``-Resource`` (``core``, ``search``, ...) or Discord's ``-Bucket``: the scope."""
+    for name in (prefix + "resource", prefix + "bucket"):
+        if name in ctx.fields:
+            values = ctx.raw(name)
+            return scope_name(values[0]) if len(values) == 1 else None
+    return None
 
 
 def x_ratelimit(ctx: Ctx) -> Iterator[Quota]:

@@ -69,6 +69,14 @@ class LruMap(Generic[K, V]):
                 self._data.move_to_end(key)
             return value
 
+    def put(self, key: K, value: V) -> None:
+        """Set ``key`` to ``value``, marked most recently used."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self._limit:
+                self._data.popitem(last=False)
+
     def keys(self) -> list[K]:
         """The keys, least recently used first."""
         with self._lock:

@@ -18,15 +18,33 @@ every response (:func:`smoothclient.read_hints`):
 A healthy origin (quota far from exhausted, or no quota at all) gets no delay whatsoever.
 The rules are pure functions in :mod:`smoothclient.pacing.state`; the state lives in a store
 (:mod:`smoothclient.pacing.store`), in this process by default.
+
+An origin with several quotas (GitHub's ``core`` and ``search``, Discord's route buckets)
+keeps a state per scope as well (:mod:`smoothclient.pacing.scopes`): scopes the server names
+are learned per route, and a ``scope`` function lets the caller say what it knows.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .._validate import positive_int, seconds
+from .keys import LruMap
+from .scopes import (
+    MAX_ROUTES,
+    MAX_SCOPES,
+    Bound,
+    OriginScopes,
+    Pairs,
+    ScopeFn,
+    ScopeRequest,
+    names_of,
+    scope_key,
+    template,
+)
 from .state import OriginView, Settings
 from .store import MemoryStore, Store, Tracker
 
@@ -59,6 +77,10 @@ class Pacer:
         quiet: seconds without throttling after which a learned rate is dropped.
         max_gate: the longest any server hint may hold an origin's requests back (a buggy or
             hostile ``Retry-After: 999999`` is read as this).
+        scope: the caller's scope function (request -> scope name(s), or ``None`` to learn
+            them), e.g. :data:`smoothclient.GITHUB_SCOPES`; an edge's own ``scope`` overrides it.
+        max_routes: routes remembered per origin, each with the scopes the server named on it.
+        max_scopes: scopes remembered per origin (each keeps a state like an origin's).
         clock: a monotonic clock (injectable for tests).
     """
 
@@ -70,6 +92,9 @@ class Pacer:
         learned_floor: float = 0.5,
         quiet: float = 30.0,
         max_gate: float = 300.0,
+        scope: ScopeFn | None = None,
+        max_routes: int = MAX_ROUTES,
+        max_scopes: int = MAX_SCOPES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Create an empty pacer."""
@@ -84,7 +109,23 @@ class Pacer:
             msg = f"clock must be a callable returning seconds, not {type(clock).__name__}"
             raise TypeError(msg)
         self.clock = clock
-        self._store: Store = MemoryStore(self.settings, max_keys=self.max_origins)
+        if scope is not None and not callable(scope):
+            msg = f"scope must be a function of a ScopeRequest, not {type(scope).__name__}"
+            raise TypeError(msg)
+        self.scope = scope
+        self.max_routes = positive_int("max_routes", max_routes)
+        self.max_scopes = positive_int("max_scopes", max_scopes)
+        self._store: Store = MemoryStore(
+            self.settings,
+            max_keys=self.max_origins,
+            max_scoped=self.max_origins * self.max_scopes,
+        )
+        self._books: LruMap[str, OriginScopes] = LruMap(
+            self.max_origins,
+            lambda origin: OriginScopes(
+                functools.partial(self._scope_tracker, origin), self.max_routes, self.max_scopes
+            ),
+        )
         #: The tracker of an origin if it has state (the fast lane's cheap look; no lock).
         self.peek: Callable[[str], Tracker | None] = self._store.peek
 
@@ -101,6 +142,9 @@ class Pacer:
             "learned_floor": s.learned_floor,
             "quiet": s.quiet,
             "max_gate": s.max_gate,
+            "scope": self.scope,
+            "max_routes": self.max_routes,
+            "max_scopes": self.max_scopes,
             "clock": self.clock,
         }
 
@@ -112,10 +156,82 @@ class Pacer:
         """The tracker of ``origin`` (the edges' way in), marked recently used."""
         return self._store.tracker(origin)
 
+    def bind(
+        self,
+        origin: str,
+        request: object,
+        route_of: Callable[[object], tuple[str, str]],
+        *,
+        scope: ScopeFn | None = None,
+        late: bool = False,
+    ) -> Tracker | None:
+        """
+        The tracker of one request when scopes bind it, else ``None`` (its origin's alone).
+
+        ``route_of(request)`` gives its method and path, asked for only when the origin has
+        scopes or a scope function applies.  ``scope`` overrides the pacer's function.
+        ``late``: the request was admitted by its origin alone and a response named scopes: a
+        tracker over the origin alone that learns them (never ``None``).
+        """
+        fn = scope if scope is not None else self.scope
+        book = self._books.peek(origin)
+        if book is None and fn is None and not late:
+            return None  # the common case: nothing but the origin
+        method, path = route_of(request)
+        method = method.upper()
+        given = names_of(fn(ScopeRequest(method, origin, path, request))) if fn else ()
+        route = template(method, path)
+        if book is None:
+            if not (given or late):
+                return None
+            book = self._books.get(origin)
+        pairs: Pairs = ()
+        if late:
+            given = ()
+        else:
+            learned = book.routes.peek(route) or ()
+            pairs = book.pairs(given) + learned if given else learned
+            if given and learned:
+                pairs = tuple(dict(pairs).items())  # a scope given and learned counts once
+            if not pairs:
+                return None
+        tracker = self._store.peek(origin) or self._store.tracker(origin)
+        return Bound(
+            tracker,
+            pairs,
+            given=given,
+            route=route,
+            book=book,
+            origin_bound=not tracker.healthy(self.clock()),
+        )
+
+    def _scope_tracker(self, origin: str, scope: str) -> Tracker:
+        return self._store.tracker(scope_key(origin, scope))
+
     def view(self, origin: str) -> OriginView:
-        """A snapshot of ``origin``'s state."""
+        """A snapshot of ``origin``'s state (its own, not its scopes': :meth:`scopes`)."""
         return self._store.tracker(origin).view(self.clock())
+
+    def scopes(self, origin: str) -> dict[str, OriginView]:
+        """
+        A snapshot of each scope of ``origin`` known: remaining, limit, reset, rate, ...
+
+        Scopes appear once a response names them or a scope function gives them.
+        """
+        now = self.clock()
+        book = self._books.peek(origin)
+        trackers = book.trackers() if book is not None else {}
+        return {name: tracker.view(now) for name, tracker in trackers.items()}
+
+    def routes(self, origin: str) -> dict[str, tuple[str, ...]]:
+        """Each route of ``origin`` remembered, with the scopes the server named on it."""
+        book = self._books.peek(origin)
+        if book is None:
+            return {}
+        routes = book.routes.keys()
+        return {route: tuple(n for n, _ in book.routes.peek(route) or ()) for route in routes}
 
     def origins(self) -> list[str]:
         """The origins currently remembered, least recently used first."""
-        return self._store.keys()
+        stored = self._store.keys()
+        return [key for key in stored if " " not in key]

@@ -123,6 +123,10 @@ class OriginView:
     waiting: int
     in_flight: int
     learned: bool
+    remaining: float | None = None  # what the quota still admits before its reset, if known
+    limit: float | None = None  # the quota's size, if stated
+    reset_in: float | None = None  # seconds until the quota resets, if known
+    kind: Kind = "unknown"  # what the quota does between resets (see Kind)
 
 
 @dataclass(slots=True)
@@ -222,6 +226,22 @@ def acquire(
     return Admission(at - now)
 
 
+def when(
+    o: OriginState, s: Settings, now: float, not_before: float, deadline: float | None
+) -> Admission:
+    """What :func:`acquire` would answer, reserving nothing."""
+    if not (o.known or s.probe == 0) and o.probe_until is not None and now < o.probe_until:
+        return Admission(min(PROBE_POLL, o.probe_until - now), final=False)
+    at = _slot(o, max(now, not_before, o.gate))
+    if at is None:
+        return Admission(max(PROBE_POLL, (o.reset_probe or now) - now + PROBE_POLL), final=False)
+    if deadline is not None and at > deadline:
+        return Admission(at - now, final=True, granted=False)
+    if at - now > HORIZON:
+        return Admission(at - now - HORIZON / 2, final=False)
+    return Admission(at - now)
+
+
 def _slot(o: OriginState, at: float) -> float | None:
     """
     The earliest time from ``at`` the model admits a request; ``None``: after a probe's answer.
@@ -316,9 +336,10 @@ def observe(
     o.known = True
     throttled = status == 429 or (status == 503 and hints.retry_after is not None)
     throttled = throttled or (status == 403 and hints.exhausted)
-    if hints.retry_after is not None and status >= 300 and status != 429:
-        # a 503's Retry-After speaks for the whole origin; a 429's only for its request
-        # (the limiter model or the learned rate holds the others back as far as needed)
+    if hints.retry_after is not None and status >= 300 and (status != 429 or hints.origin_wide):
+        # a 503's Retry-After speaks for the whole origin (so does a 429 saying its limit is
+        # global); a 429's only for its request (the limiter model or the learned rate holds
+        # the others back as far as needed)
         o.gate = max(o.gate, now + hints.retry_after)
     if hints.remaining is not None and hints.unit == "requests":
         early = o.early_sent
@@ -570,4 +591,8 @@ def view(origin: str, o: OriginState, now: float) -> OriginView:
         o.waiting,
         o.in_flight,
         o.learned,
+        o.avail,
+        o.limit,
+        None if o.reset_at is None else max(0.0, o.reset_at - now),
+        o.kind,
     )

@@ -1,7 +1,8 @@
 """
 The store seam: where pacing state lives, behind a small protocol of atomic operations.
 
-A :class:`Store` hands out one :class:`Tracker` per key (an origin today); every method of a
+A :class:`Store` hands out one :class:`Tracker` per key (an origin, or ``"origin scope"`` for
+one scope of it: :mod:`.scopes`); every method of a
 tracker is one atomic step on that key's state: the transitions of :mod:`.state`, applied
 under the key's lock in memory, or as one server-side script in a shared store.  The edges
 and the call flow talk to trackers only, so a new store (Redis, ...) slots in here without
@@ -40,6 +41,11 @@ class Tracker(Protocol):
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
         """Reserve a slot no earlier than ``not_before`` (counted waiting if granted)."""
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        """What :meth:`acquire` would answer, reserving nothing."""
 
     def sent(self) -> None:
         """An admitted request is now on the wire."""
@@ -89,7 +95,7 @@ class Store(Protocol):
 
     @property
     def peek(self) -> Callable[[str], Tracker | None]:
-        """The tracker of a key if its state exists; cheap, for the fast lane."""
+        """The tracker of an origin's key if its state exists; cheap, for the fast lane."""
 
     def keys(self) -> list[str]:
         """The keys whose state is kept, least recently used first."""
@@ -119,6 +125,12 @@ class MemoryTracker:
     ) -> Admission:
         with self.lock:
             return st.acquire(self.state, self.settings, now, not_before, deadline)
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        with self.lock:
+            return st.when(self.state, self.settings, now, not_before, deadline)
 
     def sent(self) -> None:
         with self.lock:
@@ -170,19 +182,28 @@ class MemoryTracker:
 
 
 class MemoryStore:
-    """The default store: state in this process, shared by its threads and event loops."""
+    """
+    The default store: state in this process, shared by its threads and event loops.
 
-    __slots__ = ("_map", "peek")
+    Origins' keys and scopes' keys (``"origin scope"``) are kept apart, each in an LRU of its
+    own size, so an origin naming many scopes never pushes other origins out.
+    """
 
-    def __init__(self, settings: Settings, *, max_keys: int = 1024) -> None:
-        """Keep the state of at most ``max_keys`` keys (least recently used forgotten)."""
+    __slots__ = ("_map", "_scoped", "peek")
+
+    def __init__(self, settings: Settings, *, max_keys: int = 1024, max_scoped: int = 0) -> None:
+        """Keep at most ``max_keys`` origins' state and ``max_scoped`` scopes' (LRU)."""
         self._map: LruMap[str, MemoryTracker] = LruMap(
             max_keys, lambda key: MemoryTracker(key, settings)
         )
+        self._scoped: LruMap[str, MemoryTracker] = LruMap(
+            max(1, max_scoped), lambda key: MemoryTracker(key, settings)
+        )
+        #: An origin's tracker if it has state (``dict.get`` itself: the fast lane's look).
         self.peek: Callable[[str], MemoryTracker | None] = self._map.peek
 
     def tracker(self, key: str) -> MemoryTracker:
-        return self._map.get(key)
+        return (self._scoped if " " in key else self._map).get(key)
 
     def keys(self) -> list[str]:
-        return self._map.keys()
+        return self._map.keys() + self._scoped.keys()

@@ -382,9 +382,12 @@ def test_fast_lane_learns_from_hints_on_successes(clock: FakeClock) -> None:
         for _ in range(3):
             r = client.get(URL)
             assert r.extensions["smoothclient"]["attempts"] == 1
-    view = pacer.view("https://api.test:443")
+    view = pacer.scopes("https://api.test:443")["d"]  # the policy named "d" is a scope
     assert view.rate == pytest.approx(10.0)
+    assert (view.remaining, view.limit) == (48, 100)  # 50 said, two sent since
     assert (view.waiting, view.in_flight) == (0, 0)
+    origin = pacer.view("https://api.test:443")
+    assert (origin.rate, origin.waiting, origin.in_flight) == (None, 0, 0)
     assert clock.sleeps == []  # 50 left: nobody waited
 
 
