@@ -109,18 +109,3 @@ def test_missing_extra_names_it(blocked: str, name: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert f"pip install 'smoothclient[{blocked}]'" in out.stdout
-
-
-def test_the_scopes_example_runs() -> None:
-    """examples/scopes.py: searches wait for their own reset, core calls never."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).parent.parent / "examples" / "scopes.py"
-    done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=30, check=True
-    )
-    lines = done.stdout.splitlines()
-    assert [line.split("core ")[1] for line in lines[:5]] == ["200 after 0.0 s"] * 5
-    assert "search 200 after 0.8 s" in done.stdout or "search 200 after 0.7 s" in done.stdout

@@ -14,6 +14,7 @@ EXPECTED = {
     "reconciler_sqlite.py": "next tick recovered 20",
     "poisson_business_hours.py": "next event Mon 09:",
     "cache.py": "32 concurrent misses, upstream calls: 1",
+    "scopes.py": "search 200 after 0.0 s    core 200 after 0.0 s",
 }
 
 
@@ -28,3 +29,17 @@ def test_example_runs(name: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert EXPECTED[name] in done.stdout
+
+
+def test_the_scopes_example_holds_back_searches_only() -> None:
+    """examples/scopes.py: the searches after the third wait for their reset; core never."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "scopes.py")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert [line.split("core ")[1] for line in lines[:5]] == ["200 after 0.0 s"] * 5
+    assert float(lines[3].split("after ")[1].split(" s")[0]) >= 0.7
