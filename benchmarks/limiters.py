@@ -38,8 +38,9 @@ processes, each starting its own servers, so its own limiters; the clients mostl
 and the control cells match the serial herd.py numbers): --lanes 1 runs one cell at a time
 (about 45 minutes).  Each run starts on a fresh limiter (nginx is restarted; the Python
 servers reset in place, or restart on a new port after a run that left threads behind).
-Fleets run the two smoothclient clients, tenacity and urllib3 Retry (--fleet-clients, "all"
-for every one).  Every loop is
+Fleets run the two smoothclient clients each alone and sharing one pacer through Redis
+("+redis": a redis-server the lane starts, flushed before every run), tenacity and urllib3
+Retry (--fleet-clients, "all" for every one).  Every loop is
 bounded: a run stops at 4x its ideal time + 15 s (at most --cell-timeout), its unfinished
 calls count as failures, its time shows "(stopped)", and that cell is not run again.
 
@@ -97,8 +98,20 @@ CLIENTS = (
     "backoff",
     "urllib3 Retry",
 )
-REQUESTS_CLIENTS = frozenset({"smoothclient adapter", "urllib3 Retry"})
-FLEET_CLIENTS_DEFAULT = ("smoothclient httpx", "smoothclient adapter", "tenacity", "urllib3 Retry")
+#: Fleets only: the processes share one pacer through a redis-server the lane starts.
+SHARED_CLIENTS = ("smoothclient httpx +redis", "smoothclient adapter +redis")
+REQUESTS_CLIENTS = frozenset(
+    {"smoothclient adapter", "smoothclient adapter +redis", "urllib3 Retry"}
+)
+FLEET_CLIENTS_DEFAULT = (
+    "smoothclient httpx",
+    "smoothclient adapter",
+    *SHARED_CLIENTS,
+    "tenacity",
+    "urllib3 Retry",
+)
+#: Where the lane's redis-server listens (set by the lane for its cells' processes).
+REDIS_ENV = "SMOOTHCLIENT_BENCH_REDIS"
 
 # ---------------------------------------------------------------- servers and scenarios
 
@@ -238,11 +251,21 @@ async def _backoff_get(client: httpx.AsyncClient, url: str) -> int:
     return (await call()).status_code
 
 
+def _pacer(name: str) -> smoothclient.Pacer | None:
+    """The shared pacer of a ``+redis`` client; ``None``: the edge's own."""
+    if not name.endswith("+redis"):
+        return None
+    return smoothclient.Pacer(storage=os.environ[REDIS_ENV])
+
+
 def _async_client(name: str, calls: int) -> tuple[httpx.AsyncBaseTransport, Any]:
     limits = httpx.Limits(max_connections=calls, max_keepalive_connections=calls)
     inner = httpx.AsyncHTTPTransport(limits=limits)
-    if name == "smoothclient httpx":
-        return smoothclient.AsyncSmoothTransport(inner, policy=_smooth_policy()), _plain_get
+    if name.startswith("smoothclient httpx"):
+        transport = smoothclient.AsyncSmoothTransport(
+            inner, policy=_smooth_policy(), pacer=_pacer(name)
+        )
+        return transport, _plain_get
     if name == "httpx-retries":
         from httpx_retries import RetryTransport
 
@@ -278,9 +301,9 @@ async def _run_async(name: str, url: str, calls: int, timeout: float) -> tuple[i
 def _sync_httpx_get(name: str, calls: int) -> tuple[httpx.Client, Callable[[httpx.Client], int]]:
     limits = httpx.Limits(max_connections=calls, max_keepalive_connections=calls)
     inner = httpx.HTTPTransport(limits=limits)
-    if name == "smoothclient httpx":
+    if name.startswith("smoothclient httpx"):
         transport: httpx.BaseTransport = smoothclient.SmoothTransport(
-            inner, policy=_smooth_policy()
+            inner, policy=_smooth_policy(), pacer=_pacer(name)
         )
     elif name == "httpx-retries":
         from httpx_retries import RetryTransport
@@ -346,9 +369,9 @@ def _requests_session(name: str, calls: int) -> requests.Session:
     from urllib3.util import Retry
 
     session = requests.Session()
-    if name == "smoothclient adapter":
+    if name.startswith("smoothclient adapter"):
         adapter: HTTPAdapter = smoothclient.SmoothAdapter(
-            policy=_smooth_policy(), pool_connections=1, pool_maxsize=calls
+            policy=_smooth_policy(), pacer=_pacer(name), pool_connections=1, pool_maxsize=calls
         )
     else:
         retry = Retry(
@@ -424,7 +447,7 @@ def _preload(name: str) -> None:
 
     _quiet_stamina()
     _ = smoothclient.AsyncSmoothTransport, smoothclient.SmoothTransport, smoothclient.SmoothAdapter
-    if name in REQUESTS_CLIENTS:
+    if name in REQUESTS_CLIENTS and not name.endswith("+redis"):
         _requests_session(name, 1).close()
 
 
@@ -503,6 +526,10 @@ def measure(
     sc: Scenario, client: str, server: Running, mode: str, rep: int, cap: float, hard: bool
 ) -> Run:
     server.reset(hard=hard)
+    if client.endswith("+redis"):  # a fresh shared state for every run
+        import redis
+
+        redis.Redis.from_url(os.environ[REDIS_ENV]).flushall()
     timeout = cell_timeout(server.limit.ideal(sc.total), cap)
     if sc.procs == 1:
         failures, start, end = run_client(client, mode, server.url, sc.calls, timeout)
@@ -544,7 +571,9 @@ def plan(
     for sc in SCENARIOS:
         if quick and sc.name not in QUICK:
             continue
-        clients = CLIENTS if sc.procs == 1 else fleet_clients
+        clients = (
+            tuple(c for c in CLIENTS if c not in SHARED_CLIENTS) if sc.procs == 1 else fleet_clients
+        )
         picked = tuple(
             c
             for c in clients
@@ -571,6 +600,12 @@ def run_lane(
     _quiet_stamina()
     _preload("")
     pending = [ready]
+    shared = None
+    if any(c.endswith("+redis") for _, clients in work for c in clients):
+        from smoothclient.tools.redis_server import RedisServer
+
+        shared = RedisServer().start()
+        os.environ[REDIS_ENV] = shared.url  # the fleet's processes inherit it
 
     def go() -> None:
         while pending:
@@ -609,6 +644,8 @@ def run_lane(
         except Skip as exc:
             print(f"{server_name}: skipped: {exc}", file=sys.stderr, flush=True)
     go()
+    if shared is not None:
+        shared.stop()
 
 
 # the limits the servers above enforce (checked at run time: Running.limit), for planning only
@@ -833,10 +870,15 @@ def main() -> None:
         run_lane(work, args.runs, args.cell_timeout, emit, ready)
         return
 
-    fleet = CLIENTS if args.fleet_clients == "all" else tuple(args.fleet_clients.split(","))
-    unknown = set(fleet) - set(CLIENTS)
+    fleet = (
+        (*CLIENTS, *SHARED_CLIENTS)
+        if args.fleet_clients == "all"
+        else tuple(args.fleet_clients.split(","))
+    )
+    known = (*CLIENTS, *SHARED_CLIENTS)
+    unknown = set(fleet) - set(known)
     if unknown:
-        parser.error(f"unknown fleet clients {sorted(unknown)}; choose from {', '.join(CLIENTS)}")
+        parser.error(f"unknown fleet clients {sorted(unknown)}; choose from {', '.join(known)}")
     if args.trace:
         Path(args.trace).mkdir(parents=True, exist_ok=True)
         os.environ["LIMITERS_TRACE"] = str(Path(args.trace).resolve())

@@ -426,6 +426,9 @@ class RedisTracker:
             lambda o: o.budget(budget).try_retry(now), lambda f: f.try_retry(budget, now)
         )
 
+    def update(self, step: Callable[[OriginState], T]) -> T:
+        return self._step(step, lambda f: f.update(step))
+
     def view(self, now: float) -> OriginView:
         with self.lock:
             if self.link.up:

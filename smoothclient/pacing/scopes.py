@@ -27,13 +27,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import Union
+from typing import TypeVar, Union
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints, Quota, hints_of
 from ..policy import RetryBudget
 from .keys import LruMap
-from .state import Admission, OriginView
+from .state import Admission, OriginState, OriginView
 from .store import Tracker
 
 __all__ = [
@@ -51,6 +51,8 @@ __all__ = [
     "split",
     "template",
 ]
+
+T = TypeVar("T")
 
 #: Routes remembered per origin (least recently used forgotten), by default.
 MAX_ROUTES = 256
@@ -515,3 +517,7 @@ class Bound:
     def view(self, now: float) -> OriginView:
         """The origin's view (each scope's: :meth:`smoothclient.Pacer.scopes`)."""
         return self.origin.view(now)
+
+    def update(self, step: Callable[[OriginState], T]) -> T:
+        """``step`` on the origin's state."""
+        return self.origin.update(step)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
@@ -24,6 +24,8 @@ from .keys import LruMap
 from .state import Admission, OriginState, OriginView, Settings
 
 __all__ = ["MemoryStore", "MemoryTracker", "Store", "Tracker"]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -85,6 +87,9 @@ class Tracker(Protocol):
 
     def view(self, now: float) -> OriginView:
         """A snapshot, for monitoring."""
+
+    def update(self, step: Callable[[OriginState], T]) -> T:
+        """Apply ``step`` (a pure function of the state) as one atomic step; its result."""
 
 
 class Store(Protocol):
@@ -179,6 +184,10 @@ class MemoryTracker:
     def view(self, now: float) -> OriginView:
         with self.lock:
             return st.view(self.key, self.state, now)
+
+    def update(self, step: Callable[[OriginState], T]) -> T:
+        with self.lock:
+            return step(self.state)
 
 
 class MemoryStore:

@@ -15,6 +15,8 @@ from .._validate import positive_int, seconds
 from ..errors import RateLimited
 from ..pacing.gcra import Gcra
 from ..pacing.keys import LruMap
+from ..pacing.state import OriginState
+from ..pacing.store import Tracker
 from ._aio import async_sleep
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -22,8 +24,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 __all__ = ["paced"]
 
 
+def _reserve(gcra: Gcra, now: float, block: bool) -> float:
+    """Seconds until the caller may go, its slot taken; ``-seconds``: refused, nothing taken."""
+    at = gcra.earliest(now)
+    if at > now and not block:
+        return -(at - now)
+    gcra.take(at)
+    return at - now
+
+
+def _refused(wait: float) -> float:
+    if wait < 0:
+        raise RateLimited(f"no token for {-wait:.3g} s (block=False)", retry_after=-wait)
+    return wait
+
+
 class _Bucket:
-    """A thread-safe GCRA token bucket that refuses (``block=False``) or reserves a slot."""
+    """A thread-safe GCRA token bucket in this process."""
 
     __slots__ = ("gcra", "lock")
 
@@ -34,13 +51,27 @@ class _Bucket:
     def reserve(self, now: float, *, block: bool) -> float:
         """Seconds until the caller may go; reserves the slot (unless refusing)."""
         with self.lock:
-            at = self.gcra.earliest(now)
-            if at > now and not block:
-                raise RateLimited(
-                    f"no token for {at - now:.3g} s (block=False)", retry_after=at - now
-                )
-            self.gcra.take(at)
-            return at - now
+            return _refused(_reserve(self.gcra, now, block))
+
+
+class _SharedBucket:
+    """A GCRA token bucket in a shared store (the pacer's Redis): one for the whole fleet."""
+
+    __slots__ = ("burst", "rate", "tracker")
+
+    def __init__(self, tracker: Tracker, rate: float, burst: float) -> None:
+        self.tracker, self.rate, self.burst = tracker, rate, burst
+
+    def reserve(self, now: float, *, block: bool) -> float:
+        """Seconds until the caller may go; reserves the slot (unless refusing)."""
+        rate, burst = self.rate, self.burst
+
+        def step(state: OriginState) -> float:
+            if state.pace.rate != rate or state.pace.burst != burst:
+                state.pace = Gcra(rate, burst)  # first use, or the decorator's numbers changed
+            return _reserve(state.pace, now, block)
+
+        return _refused(self.tracker.update(step))
 
 
 def paced(
@@ -51,7 +82,9 @@ def paced(
     block: bool = True,
     key: Callable[..., Hashable] | None = None,
     max_keys: int = 1024,
-    clock: Callable[[], float] = time.monotonic,
+    storage: object = "memory://",
+    name: str | None = None,
+    clock: Callable[[], float] | None = None,
     sleep: Callable[[float], Any] | None = None,
 ) -> Callable[[F], F]:
     """
@@ -61,6 +94,12 @@ def paced(
     :class:`~smoothclient.RateLimited` with ``block=False``.  ``key`` (a function of the
     arguments) gives each key its own bucket, at most ``max_keys`` of them (least recently used
     forgotten).
+
+    ``storage`` (a ``redis://`` URL or a ``redis.Redis`` client, as for
+    :class:`~smoothclient.Pacer`) makes the bucket the fleet's: every process decorating the
+    same function (``name``, default its module and qualified name) shares it, each token
+    taken atomically; a Redis that fails falls back to this process's bucket.  The clock is
+    then the Redis server's ``TIME``.
     """
     if isinstance(rate, bool) or not isinstance(rate, int | float):
         msg = f"rate must be a number, not {type(rate).__name__}"
@@ -75,32 +114,66 @@ def paced(
     if not (math.isfinite(burst) and burst >= 1):
         msg = f"burst must be a finite number >= 1, got {burst!r}"
         raise ValueError(msg)
-    buckets: LruMap[Hashable, _Bucket] = LruMap(
-        positive_int("max_keys", max_keys), lambda _: _Bucket(per_second, burst)
-    )
+    if clock is not None and not callable(clock):
+        msg = f"clock must be a callable returning seconds, not {type(clock).__name__}"
+        raise TypeError(msg)
+    limit = positive_int("max_keys", max_keys)
+    store = None
+    if storage is not None and storage != "memory://":
+        from ..pacing.pacer import Pacer
 
-    def bucket_for(args: Any, kwargs: Any) -> _Bucket:
-        return buckets.get(key(*args, **kwargs) if key is not None else None)
+        store = Pacer(storage=storage, max_origins=limit)  # its store, and the fleet's clock
+        clock = clock or store.clock
+    now = clock or time.monotonic
 
     def decorate(fn: F) -> F:
-        if inspect.iscoroutinefunction(fn):
+        shared_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        buckets: LruMap[Hashable, _Bucket | _SharedBucket] = LruMap(
+            limit,
+            lambda k: (
+                _Bucket(per_second, burst)
+                if store is None
+                else _SharedBucket(store.track(f"paced:{shared_name}:{k!r}"), per_second, burst)
+            ),
+        )
 
-            @wrapt.decorator
-            async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-                wait = bucket_for(args, kwargs).reserve(clock(), block=block)
-                if wait > 0:
-                    await (sleep or async_sleep)(wait)
-                return await wrapped(*args, **kwargs)
+        def bucket_for(args: Any, kwargs: Any) -> _Bucket | _SharedBucket:
+            return buckets.get(key(*args, **kwargs) if key is not None else None)
 
-            return async_wrapper(fn)  # type: ignore[return-value]
-
-        @wrapt.decorator
-        def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            wait = bucket_for(args, kwargs).reserve(clock(), block=block)
-            if wait > 0:
-                (sleep or time.sleep)(wait)
-            return wrapped(*args, **kwargs)
-
-        return sync_wrapper(fn)  # type: ignore[return-value]
+        return _wrap(fn, bucket_for, now, block, sleep)
 
     return decorate
+
+
+def _key(name: str, key: Hashable) -> str:
+    """The store key of one bucket (no spaces: a space would make it a scope's key)."""
+    return f"paced:{name}:{key!r}".replace(" ", "")
+
+
+def _wrap(
+    fn: F,
+    bucket_for: Callable[[Any, Any], _Bucket | _SharedBucket],
+    clock: Callable[[], float],
+    block: bool,
+    sleep: Callable[[float], Any] | None,
+) -> F:
+    """``fn`` waiting for a token of its bucket before each call."""
+    if inspect.iscoroutinefunction(fn):
+
+        @wrapt.decorator
+        async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            wait = bucket_for(args, kwargs).reserve(clock(), block=block)
+            if wait > 0:
+                await (sleep or async_sleep)(wait)
+            return await wrapped(*args, **kwargs)
+
+        return async_wrapper(fn)  # type: ignore[return-value]
+
+    @wrapt.decorator
+    def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        wait = bucket_for(args, kwargs).reserve(clock(), block=block)
+        if wait > 0:
+            (sleep or time.sleep)(wait)
+        return wrapped(*args, **kwargs)
+
+    return sync_wrapper(fn)  # type: ignore[return-value]
