@@ -110,6 +110,7 @@ FLEET_CLIENTS_DEFAULT = (
     "tenacity",
     "urllib3 Retry",
 )
+ALL_CLIENTS = (*CLIENTS, *SHARED_CLIENTS)
 #: Where the lane's redis-server listens (set by the lane for its cells' processes).
 REDIS_ENV = "SMOOTHCLIENT_BENCH_REDIS"
 
@@ -693,7 +694,7 @@ def summarize(runs: list[Run]) -> list[list[str]]:
     order = {sc.name: i for i, sc in enumerate(SCENARIOS)}
     rows = []
     for (scenario, client), rs in sorted(
-        cells.items(), key=lambda kv: (order.get(kv[0][0], 99), CLIENTS.index(kv[0][1]))
+        cells.items(), key=lambda kv: (order.get(kv[0][0], 99), ALL_CLIENTS.index(kv[0][1]))
     ):
         first = rs[0]
         med = statistics.median
@@ -870,15 +871,12 @@ def main() -> None:
         run_lane(work, args.runs, args.cell_timeout, emit, ready)
         return
 
-    fleet = (
-        (*CLIENTS, *SHARED_CLIENTS)
-        if args.fleet_clients == "all"
-        else tuple(args.fleet_clients.split(","))
-    )
-    known = (*CLIENTS, *SHARED_CLIENTS)
-    unknown = set(fleet) - set(known)
+    fleet = ALL_CLIENTS if args.fleet_clients == "all" else tuple(args.fleet_clients.split(","))
+    unknown = set(fleet) - set(ALL_CLIENTS)
     if unknown:
-        parser.error(f"unknown fleet clients {sorted(unknown)}; choose from {', '.join(known)}")
+        parser.error(
+            f"unknown fleet clients {sorted(unknown)}; choose from {', '.join(ALL_CLIENTS)}"
+        )
     if args.trace:
         Path(args.trace).mkdir(parents=True, exist_ok=True)
         os.environ["LIMITERS_TRACE"] = str(Path(args.trace).resolve())

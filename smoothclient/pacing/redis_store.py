@@ -209,6 +209,9 @@ class RedisTracker:
         self.version = -1  # never read
         self.others: dict[str, list[float]] = {}  # other processes' [waiting, in flight, when]
         self.mine = [0, 0]  # this process's waiting and in flight
+        self.written = [-1, -1]  # what of them the key holds
+        self.text = ""  # the state as the key holds it
+        self.wrote_at = -math.inf  # when this process last wrote its counts (fleet clock)
         self.synced = -math.inf  # when the copy was last read or written (monotonic)
         self.lock = threading.Lock()
         self.healthy: Callable[[float], bool] = self._healthy
@@ -217,7 +220,8 @@ class RedisTracker:
 
     def _adopt(self, version: int, text: Any, cohort: Any, now: float) -> None:
         self.version = int(version)
-        self.state = load(text) if text else OriginState()
+        self.text = text.decode() if isinstance(text, bytes) else str(text or "")
+        self.state = load(self.text) if self.text else OriginState()
         try:
             entries = json.loads(cohort) if cohort else {}
         except ValueError:
@@ -272,7 +276,10 @@ class RedisTracker:
         before = (state.waiting, state.in_flight)
         result = step(state)
         self.mine = [mine[0] + state.waiting - before[0], mine[1] + state.in_flight - before[1]]
+        text = dump(state)
         now = self.link.clock()
+        if text == self.text and self.mine == self.written and now - self.wrote_at < COHORT_TTL / 2:
+            return result, True  # nothing changed (a poll that found no slot): nothing to write
         cohort = dict(self.others)
         cohort[self.me] = [max(0, self.mine[0]), max(0, self.mine[1]), now]
         ttl = int(_horizon(state, self.settings, now) * 1000)
@@ -281,7 +288,7 @@ class RedisTracker:
             reply = self.link.call(
                 lambda: self.link.save(
                     keys=[self.redis_key],
-                    args=[self.version, dump(state), json.dumps(cohort), ttl],
+                    args=[self.version, text, json.dumps(cohort), ttl],
                 )
             )
         except _Down:
@@ -292,7 +299,8 @@ class RedisTracker:
         self.link.tick(seconds, micros, sent, received)
         self.synced = received
         if written:
-            self.version = int(version)
+            self.version, self.text, self.written = int(version), text, list(self.mine)
+            self.wrote_at = now
             return result, True
         self.mine = mine  # someone wrote first: the step again, on what they wrote
         self._adopt(version, text, other, self.link.clock())
