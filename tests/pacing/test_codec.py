@@ -67,3 +67,16 @@ def test_a_loaded_state_takes_the_same_steps() -> None:
 def test_garbage_reads_as_a_fresh_state() -> None:
     for text in ("", "{", "[1, 2]", '{"pace": 3}', '{"budgets": [[1]]}', b"\xff"):
         assert load(text) == OriginState()
+
+
+def test_old_successes_are_not_written_and_times_keep_milliseconds() -> None:
+    o = OriginState()
+    for n in range(50):
+        o.successes.append(100.0 + n * 0.1234567)  # 6 s of them
+    back = load(dump(o))
+    assert (
+        back.successes[-1] == round(o.successes[-1], 3)
+        or abs(back.successes[-1] - o.successes[-1]) < 1e-3
+    )
+    assert back.successes[0] >= o.successes[-1] - 3.0 - 1e-3  # the last 3 s only
+    assert len(back.successes) < len(o.successes)
