@@ -212,6 +212,7 @@ class RedisTracker:
         self.written = [-1, -1]  # what of them the key holds
         self.text = ""  # the state as the key holds it
         self.wrote_at = -math.inf  # when this process last wrote its counts (fleet clock)
+        self._stepped = [0, 0]
         self.synced = -math.inf  # when the copy was last read or written (monotonic)
         self.lock = threading.Lock()
         self.healthy: Callable[[float], bool] = self._healthy
@@ -252,8 +253,19 @@ class RedisTracker:
         self._adopt(version, text, cohort, self.link.clock())
         self.synced = received
 
-    def _step(self, step: Callable[[OriginState], T], fallback: Callable[[MemoryTracker], T]) -> T:
-        """``step`` applied atomically across the fleet; in this process's memory if down."""
+    def _step(
+        self,
+        step: Callable[[OriginState], T],
+        fallback: Callable[[MemoryTracker], T],
+        busy: Callable[[], T] | None = None,
+    ) -> T:
+        """
+        ``step`` applied atomically across the fleet; in this process's memory if down.
+
+        Other processes writing first every time for longer than the store's timeout: the
+        answer is ``busy()`` (nothing taken: "not now"), or, without one, the step's result
+        on this process's copy.
+        """
         with self.lock:
             if not self.link.up:
                 return fallback(self.fallback)
@@ -265,8 +277,12 @@ class RedisTracker:
                     if done:
                         return result
                     if time.monotonic() - started > self.link.timeout:
-                        log.debug("%s: Redis too contended; this step stays here", self.key)
-                        return result  # out of time: kept here (fail open)
+                        log.debug("%s: Redis busy with others' writes", self.key)
+                        if busy is not None:
+                            return busy()
+                        self.mine = self._stepped  # kept here (fail open), counts and all
+                        self._count()
+                        return result
             except _Down:
                 self._hand_over()
                 return fallback(self.fallback)
@@ -302,8 +318,9 @@ class RedisTracker:
             self.version, self.text, self.written = int(version), text, list(self.mine)
             self.wrote_at = now
             return result, True
-        self.mine = mine  # someone wrote first: the step again, on what they wrote
+        stepped, self.mine = self.mine, mine  # someone wrote first: not counted
         self._adopt(version, theirs, their_cohort, self.link.clock())
+        self._stepped = stepped  # the counts had it been written (for a step kept here)
         return result, False
 
     def _hand_over(self) -> None:
@@ -349,7 +366,7 @@ class RedisTracker:
 
     def try_now(self, now: float) -> bool:
         s = self.settings
-        return self._step(lambda o: st.try_now(o, s, now), lambda f: f.try_now(now))
+        return self._step(lambda o: st.try_now(o, s, now), lambda f: f.try_now(now), lambda: False)
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
@@ -370,6 +387,7 @@ class RedisTracker:
         return self._step(
             lambda o: st.acquire(o, s, now, not_before, deadline),
             lambda f: f.acquire(now, not_before=not_before, deadline=deadline),
+            lambda: Admission(st.PROBE_POLL, final=False),  # ask again in a moment
         )
 
     def sent(self) -> None:
