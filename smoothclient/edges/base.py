@@ -124,7 +124,7 @@ class EdgeCore:
         """
         bind = self.bind
         rebind: Callable[[bool], Tracker | None] | None = (
-            None if bind is None else lambda late: bind(origin, request, late)
+            None if bind is None else lambda late: bind(origin, request, late, True)
         )
         if tracker is None:
             tracker = (rebind and rebind(False)) or self.pacer.track(origin)
@@ -240,8 +240,12 @@ class _Bind:
     ) -> None:
         self.pacer, self.route_of, self.scope = state
 
-    def __call__(self, origin: str, request: object, late: bool) -> Tracker | None:
-        return self.pacer.bind(origin, request, self.route_of, scope=self.scope, late=late)
+    def __call__(
+        self, origin: str, request: object, late: bool, fresh: bool = False
+    ) -> Tracker | None:
+        return self.pacer.bind(
+            origin, request, self.route_of, scope=self.scope, late=late, fresh=fresh
+        )
 
 
 class Edge:

@@ -36,9 +36,9 @@ class Lane(IntEnum):
     ADMITTED = 2  # a paced origin with a free slot now: sent at once, counted in flight
 
 
-#: Binds a request to scopes: ``(origin, request, late)`` -> a tracker, or ``None`` (its
-#: origin's alone); see :meth:`smoothclient.Pacer.bind`.
-Binder = Callable[[str, Any, bool], Tracker | None]
+#: Binds a request to scopes: ``(origin, request, late[, fresh])`` -> a tracker, or ``None``
+#: (its origin's alone); see :meth:`smoothclient.Pacer.bind`.
+Binder = Callable[..., Tracker | None]
 #: The attempt was not sent on the fast lane.
 NOT_SENT: tuple[None, None, None, Lane, None] = (None, None, None, Lane.FLOW, None)
 _NOT_ENTERED: tuple[Lane, None, float] = (Lane.FLOW, None, 0.0)

@@ -58,6 +58,8 @@ def _plain(name: str, value: Any) -> Any:
             [[b.ratio, b.min_per_second, b.window], [list(x) for x in counts.buckets]]
             for b, counts in value.items()
         ]
+    if name == "routes":
+        return {route: list(names) for route, names in value.items()}
     if isinstance(value, deque | tuple):
         return list(value)
     return value
@@ -88,6 +90,7 @@ _LOADERS: dict[str, Any] = {
     "budgets": _budgets,
     "throttles": _load_times,
     "successes": _load_times,
+    "routes": lambda v: {str(k): tuple(str(n) for n in names) for k, names in v.items()},
     "cut": lambda v: None if v is None else tuple(v),
     "exhausted": lambda v: None if v is None else tuple(v),
     "early_sent": lambda v: None if v is None else tuple(v),
@@ -104,6 +107,6 @@ def load(text: str | bytes) -> OriginState:
                 value = data[name]
                 loader = _LOADERS.get(name)
                 setattr(state, name, loader(value) if loader else value)
-    except (ValueError, TypeError, KeyError, IndexError):
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return OriginState()
     return state

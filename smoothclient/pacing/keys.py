@@ -41,11 +41,11 @@ class LruMap(Generic[K, V]):
     :meth:`peek` is a lock-free read (a dict read is atomic), for hot paths that only look.
     """
 
-    __slots__ = ("_data", "_factory", "_limit", "_lock", "peek")
+    __slots__ = ("_data", "_factory", "_lock", "limit", "peek")
 
     def __init__(self, limit: int, factory: Callable[[K], V]) -> None:
         """Keep at most ``limit`` entries; ``factory(key)`` makes a missing one."""
-        self._limit = limit
+        self.limit = limit
         self._factory = factory
         self._data: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
@@ -63,7 +63,7 @@ class LruMap(Generic[K, V]):
             value = self._data.get(key)
             if value is None:
                 value = self._data[key] = self._factory(key)
-                while len(self._data) > self._limit:
+                while len(self._data) > self.limit:
                     self._data.popitem(last=False)
             else:
                 self._data.move_to_end(key)
@@ -74,7 +74,7 @@ class LruMap(Generic[K, V]):
         with self._lock:
             self._data[key] = value
             self._data.move_to_end(key)
-            while len(self._data) > self._limit:
+            while len(self._data) > self.limit:
                 self._data.popitem(last=False)
 
     def keys(self) -> list[K]:

@@ -151,6 +151,8 @@ class Pacer:
             timeout=self.storage_timeout,
         )
         self.clock: Callable[[], float] = clock or store_clock
+        #: Whether other processes share the state (then what they learn of routes counts).
+        self._shared = not isinstance(self._store, MemoryStore)
         self._books: LruMap[str, OriginScopes] = LruMap(
             self.max_origins,
             lambda origin: OriginScopes(
@@ -197,6 +199,7 @@ class Pacer:
         *,
         scope: ScopeFn | None = None,
         late: bool = False,
+        fresh: bool = False,
     ) -> Tracker | None:
         """
         The tracker of one request when scopes bind it, else ``None`` (its origin's alone).
@@ -204,20 +207,25 @@ class Pacer:
         ``route_of(request)`` gives its method and path, asked for only when the origin has
         scopes or a scope function applies.  ``scope`` overrides the pacer's function.
         ``late``: the request was admitted by its origin alone and a response named scopes: a
-        tracker over the origin alone that learns them (never ``None``).
+        tracker over the origin alone that learns them (never ``None``).  ``fresh``: with a
+        shared store, what other processes learned of the route is read now (a request about
+        to wait for its slot), not from a copy trusted for a moment (the fast lane's).
         """
         fn = scope if scope is not None else self.scope
         book = self._books.peek(origin)
-        if book is None and fn is None and not late:
+        if book is None and fn is None and not late and not self._shared:
             return None  # the common case: nothing but the origin
         method, path = route_of(request)
         method = method.upper()
         given = names_of(fn(ScopeRequest(method, origin, path, request))) if fn else ()
         route = template(method, path)
+        told = self._told(origin, route, book, fresh) if self._shared and not late else None
         if book is None:
-            if not (given or late):
+            if not (given or late or told):
                 return None
             book = self._books.get(origin)
+        if told:
+            book.learn(route, told)
         pairs: Pairs = ()
         if late:
             given = ()
@@ -237,6 +245,17 @@ class Pacer:
             book=book,
             origin_bound=not tracker.healthy(self.clock()),
         )
+
+    def _told(
+        self, origin: str, route: str, book: OriginScopes | None, fresh: bool
+    ) -> tuple[str, ...] | None:
+        """A shared store: the scopes another process learned on ``route``, if this one has not."""
+        if book is not None and book.routes.peek(route) is not None:
+            return None
+        tracker = self._store.tracker(origin) if fresh else self._store.peek(origin)
+        if tracker is None:
+            return None
+        return tracker.read(lambda o: o.routes.get(route) if o.routes else None, fresh=fresh)
 
     def _scope_tracker(self, origin: str, scope: str) -> Tracker:
         return self._store.tracker(scope_key(origin, scope))

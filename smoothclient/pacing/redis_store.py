@@ -455,6 +455,18 @@ class RedisTracker:
     def update(self, step: Callable[[OriginState], T]) -> T:
         return self._step(step, lambda f: f.update(step))
 
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+        with self.lock:
+            if self.link.up:
+                try:
+                    if fresh:
+                        self.synced = -math.inf
+                    self._refresh()
+                    return look(self.state)
+                except _Down:
+                    self._hand_over()
+        return self.fallback.read(look)
+
     def view(self, now: float) -> OriginView:
         with self.lock:
             if self.link.up:

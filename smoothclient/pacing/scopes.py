@@ -47,6 +47,7 @@ __all__ = [
     "ScopeRule",
     "ScopeRules",
     "names_of",
+    "remember",
     "scope_key",
     "split",
     "template",
@@ -238,14 +239,14 @@ class OriginScopes:
                 found.append((name, tracker))
         return tuple(found)
 
-    def learn(self, route: str, names: tuple[str, ...]) -> Pairs:
-        """The server named ``names`` on ``route``: their trackers, remembered for it."""
+    def learn(self, route: str, names: tuple[str, ...]) -> tuple[Pairs, bool]:
+        """The server named ``names`` on ``route``: their trackers, and whether that is news."""
         current = self.routes.peek(route)
         if current is not None and tuple(name for name, _ in current) == names:
-            return current
+            return current, False
         pairs = self.pairs(names[:MAX_PER_REQUEST])
         self.routes.put(route, pairs)
-        return pairs
+        return pairs, True
 
     def trackers(self) -> dict[str, Tracker]:
         """Each scope's tracker, least recently named first."""
@@ -469,7 +470,13 @@ class Bound:
             self.origin.note_success(now)
             return
         named = tuple(dict.fromkeys(q.scope for q in hints.quotas if q.scope is not None))
-        fresh = dict(self.book.learn(self.route, named)) if named and not self.given else {}
+        fresh: dict[str, Tracker] = {}
+        if named and not self.given:
+            pairs, news = self.book.learn(self.route, named)
+            fresh = dict(pairs)
+            if news:  # and for every process sharing the origin's state
+                route, limit = self.route, self.book.routes.limit
+                self.origin.update(lambda o: remember(o, route, named, limit))
         mine = dict(scopes)
         names = tuple(mine)
         learned: set[str | None] = set()
@@ -521,3 +528,15 @@ class Bound:
     def update(self, step: Callable[[OriginState], T]) -> T:
         """``step`` on the origin's state."""
         return self.origin.update(step)
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+        """``look`` at the origin's state."""
+        return self.origin.read(look, fresh=fresh)
+
+
+def remember(o: OriginState, route: str, names: tuple[str, ...], limit: int) -> None:
+    """Keep ``route``'s scopes in the origin's state, at most ``limit`` routes (oldest go)."""
+    o.routes.pop(route, None)
+    o.routes[route] = names[:MAX_PER_REQUEST]
+    while len(o.routes) > limit:
+        del o.routes[next(iter(o.routes))]

@@ -165,6 +165,9 @@ class OriginState:
     early_lead: float | None = None  # how long before its stated reset a window came back
     early_misses: int = 0  # early probes in a row that the window rejected
     early_sent: tuple[float, float] | None = None  # an early probe: when, and the reset then
+    # route -> the scopes the server named on it (see .scopes): kept here too, so every
+    # process sharing this state binds a route by what any of them learned
+    routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def succeeded(self, now: float) -> None:
         """

@@ -91,6 +91,13 @@ class Tracker(Protocol):
     def update(self, step: Callable[[OriginState], T]) -> T:
         """Apply ``step`` (a pure function of the state) as one atomic step; its result."""
 
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+        """
+        ``look`` at the state (which it must not change); its result.
+
+        ``fresh``: a shared store reads the state now, not a copy it may trust a moment.
+        """
+
 
 class Store(Protocol):
     """Where the trackers' state lives."""
@@ -188,6 +195,10 @@ class MemoryTracker:
     def update(self, step: Callable[[OriginState], T]) -> T:
         with self.lock:
             return step(self.state)
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+        with self.lock:
+            return look(self.state)
 
 
 class MemoryStore:

