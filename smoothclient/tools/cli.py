@@ -102,16 +102,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     except ImportError as exc:  # pragma: no cover - httpx is an extra
         print(f"smoothclient demo needs httpx: pip install 'smoothclient[httpx]' ({exc})")
         return 2
-    print(
+    herd = (
         f"A herd of {args.clients} GETs at once against a local server admitting {args.rate:g} "
-        f"req/s (burst {args.burst:g}, {args.style} headers).\nFirst a typical retry setup "
-        "(exponential backoff, sleeping exactly Retry-After), then smoothclient...\n",
-        flush=True,
+        f"req/s (burst {args.burst:g}"
     )
     if args.fleet:
         print(
-            f"The same herd from {args.fleet} processes: each pacing alone, then all sharing "
-            "one pacer through Redis...\n",
+            f"{herd}), from {args.fleet} processes: each pacing alone, then all sharing one "
+            "pacer through Redis...\n",
             flush=True,
         )
         try:
@@ -128,6 +126,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
             )
             return 2
     else:
+        print(
+            f"{herd}, {args.style} headers).\nFirst a typical retry setup (exponential backoff, "
+            "sleeping exactly Retry-After), then smoothclient...\n",
+            flush=True,
+        )
         runs = demo.run_demo(
             clients=args.clients, rate=args.rate, burst=args.burst, style=args.style
         )

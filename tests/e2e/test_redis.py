@@ -215,3 +215,12 @@ def test_a_route_one_process_learned_binds_the_others(server: RedisServer) -> No
     assert isinstance(bound, Bound)
     assert [name for name, _ in bound.scopes] == ["search"]
     assert b.bind(ORIGIN, "/repos/1", route_of, fresh=True) is None  # another route: the origin
+
+
+def test_the_fleet_demo_runs_alone_then_shared(server: RedisServer) -> None:
+    from smoothclient.tools.demo import run_fleet_demo
+
+    alone, shared = run_fleet_demo(processes=2, clients=16, rate=40, burst=4, redis_url=server.url)
+    assert (alone.name, shared.name) == ("each alone", "sharing Redis")
+    assert alone.failures == shared.failures == 0
+    assert shared.sent - shared.throttled == 16  # every call got its 200
