@@ -22,7 +22,7 @@ from ..pacing.pacer import Pacer, PacerLike
 from ..pacing.scopes import ScopeFn
 from ..pacing.store import Tracker
 from ..policy import DEFAULT_POLICY, RetryPolicy
-from .flow import CallFlow, Failure, Reply, drive, drive_async
+from .flow import CallFlow, Failure, Offload, Reply, drive, drive_async, in_thread
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async
 
 __all__ = ["DRAIN_LIMIT", "Edge", "EdgeCore", "RequestInfo", "describe", "drainable"]
@@ -69,7 +69,7 @@ class EdgeCore:
         scope: the edge's scope function (overrides the pacer's).
     """
 
-    __slots__ = ("_access", "bind", "lane", "pacer", "policy", "rng")
+    __slots__ = ("_access", "bind", "lane", "offload", "pacer", "policy", "rng")
 
     def __init__(
         self,
@@ -98,6 +98,8 @@ class EdgeCore:
             raise TypeError(msg)
         self.bind = _binder(self.pacer, route_of, scope)
         self.lane = FastLane(self.pacer, self.policy, access, self.bind)
+        # a store that does blocking I/O (Redis): async calls run its steps in worker threads
+        self.offload: Offload | None = in_thread if getattr(self.pacer, "shared", False) else None
 
     def _within(self, send: Callable[[A, float | None], T], started: float) -> Callable[[A], T]:
         """``send`` told, at each attempt, what is left of the deadline begun at ``started``."""
@@ -196,7 +198,7 @@ class EdgeCore:
         started = self.pacer.clock()
         attempt = self._within(send, started)
         response, first, record, lane, tracker = await first_try_async(
-            self.lane, origin, attempt, request, failure_of, reply_of
+            self.lane, origin, attempt, request, failure_of, reply_of, self.offload
         )
         if record is not None and response is not None:  # ended on the fast lane
             return response, record
@@ -209,6 +211,7 @@ class EdgeCore:
             sleep,
             last=response,
             error=first.exception if isinstance(first, Failure) else None,
+            offload=self.offload,
         )
         return done.unwrap(), done.record.as_dict()
 

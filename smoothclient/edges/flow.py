@@ -10,6 +10,7 @@ the pacer's tracker for slots and tells it what came back, and the engine what t
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Generator, Mapping
@@ -358,6 +359,28 @@ def drive(
         gen.close()
 
 
+#: Runs a step of the call's own code (the flow, the fast lane) somewhere: at once in the
+#: event loop's thread, or in a worker thread when the pacer's store does blocking I/O.
+Offload = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+async def in_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a worker thread, so a shared store's round trips never block the loop."""
+    import anyio.to_thread  # only with a shared store
+
+    done, value = await anyio.to_thread.run_sync(_boxed, fn)
+    if not done:
+        raise StopIteration(value)  # caught by drive_async itself, never leaves it
+    return value
+
+
+def _boxed(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn()
+    except StopIteration as stop:  # a generator's end must not cross the thread as such
+        return False, stop.value
+
+
 async def drive_async(
     flow: CallFlow,
     send: Callable[[], Awaitable[R]],
@@ -368,11 +391,17 @@ async def drive_async(
     *,
     last: R | None = None,
     error: BaseException | None = None,
+    offload: Offload | None = None,
 ) -> Finished[R]:
-    """Async twin of :func:`drive`."""
+    """
+    Async twin of :func:`drive`.
+
+    ``offload``: where the flow's own steps run (its pacer calls), e.g. :func:`in_thread`
+    when the pacer's store does blocking I/O; default: right here, in the event loop.
+    """
     gen = flow.run()
     try:
-        action = next(gen)
+        action = next(gen) if offload is None else await offload(gen.__next__)
         while True:
             if action is SEND:
                 try:
@@ -383,15 +412,18 @@ async def drive_async(
                     if failure is None:
                         raise
                     last, error, result = None, exc, failure
-                action = gen.send(result)
-            elif action is DISCARD:
+                if offload is None:
+                    action = gen.send(result)
+                else:
+                    action = await offload(functools.partial(gen.send, result))
+                continue
+            if action is DISCARD:
                 if last is not None:
                     await discard(last)
-                action = next(gen)
             else:
                 assert isinstance(action, Sleep)
                 await sleep(action.seconds)
-                action = next(gen)
+            action = next(gen) if offload is None else await offload(gen.__next__)
     except StopIteration as stop:
         return Finished(last, error, stop.value)
     finally:

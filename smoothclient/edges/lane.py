@@ -197,16 +197,24 @@ async def first_try_async(
     request: A,
     failure_of: Callable[[Exception], Failure | None],
     reply_of: Callable[[RS], Reply],
+    offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
 ) -> FirstAttempt[RS]:
-    """Async twin of :func:`first_try`."""
-    entry, tracker, sent_at = lane.enter(origin, request)
+    """Async twin of :func:`first_try` (``offload``: where the lane's pacer calls run)."""
+    if offload is None:
+        entry, tracker, sent_at = lane.enter(origin, request)
+    else:
+        entry, tracker, sent_at = await offload(functools.partial(lane.enter, origin, request))
     if tracker is None:
         return NOT_SENT
     try:
         response = await send(request)
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
-    record = lane.leave(tracker, entry, sent_at, response, origin, request)
+    if offload is None:
+        record = lane.leave(tracker, entry, sent_at, response, origin, request)
+    else:
+        leave = functools.partial(lane.leave, tracker, entry, sent_at, response, origin, request)
+        record = await offload(leave)
     if record is not None:
         return response, None, record, entry, tracker
     try:

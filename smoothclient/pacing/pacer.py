@@ -151,8 +151,9 @@ class Pacer:
             timeout=self.storage_timeout,
         )
         self.clock: Callable[[], float] = clock or store_clock
-        #: Whether other processes share the state (then what they learn of routes counts).
-        self._shared = not isinstance(self._store, MemoryStore)
+        #: Whether the state lives outside this process (Redis): shared with other processes,
+        #: and each step a round trip (async edges take them in worker threads).
+        self.shared = not isinstance(self._store, MemoryStore)
         self._books: LruMap[str, OriginScopes] = LruMap(
             self.max_origins,
             lambda origin: OriginScopes(
@@ -213,13 +214,13 @@ class Pacer:
         """
         fn = scope if scope is not None else self.scope
         book = self._books.peek(origin)
-        if book is None and fn is None and not late and not self._shared:
+        if book is None and fn is None and not late and not self.shared:
             return None  # the common case: nothing but the origin
         method, path = route_of(request)
         method = method.upper()
         given = names_of(fn(ScopeRequest(method, origin, path, request))) if fn else ()
         route = template(method, path)
-        told = self._told(origin, route, book, fresh) if self._shared and not late else None
+        told = self._told(origin, route, book, fresh) if self.shared and not late else None
         if book is None:
             if not (given or late or told):
                 return None
