@@ -368,16 +368,18 @@ async def in_thread(fn: Callable[[], Any]) -> Any:
     """``fn()`` in a worker thread, so a shared store's round trips never block the loop."""
     import anyio.to_thread  # only with a shared store
 
-    done, value = await anyio.to_thread.run_sync(_boxed, fn)
-    if not done:
-        raise StopIteration(value)  # caught by drive_async itself, never leaves it
-    return value
+    return await anyio.to_thread.run_sync(fn)
 
 
-def _boxed(fn: Callable[[], Any]) -> tuple[bool, Any]:
+def _boxed(fn: Callable[[], Action]) -> tuple[bool, Any]:
+    """
+    ``(True, action)``, or ``(False, record)`` at the generator's end.
+
+    No StopIteration may cross a thread or leave a coroutine.
+    """
     try:
         return True, fn()
-    except StopIteration as stop:  # a generator's end must not cross the thread as such
+    except StopIteration as stop:
         return False, stop.value
 
 
@@ -400,9 +402,16 @@ async def drive_async(
     when the pacer's store does blocking I/O; default: right here, in the event loop.
     """
     gen = flow.run()
+
+    async def advance(fn: Callable[[], Action]) -> tuple[bool, Any]:
+        if offload is None:
+            return _boxed(fn)
+        boxed: tuple[bool, Any] = await offload(functools.partial(_boxed, fn))
+        return boxed
+
     try:
-        action = next(gen) if offload is None else await offload(gen.__next__)
-        while True:
+        going, action = await advance(gen.__next__)
+        while going:
             if action is SEND:
                 try:
                     last, error = await send(), None
@@ -412,10 +421,7 @@ async def drive_async(
                     if failure is None:
                         raise
                     last, error, result = None, exc, failure
-                if offload is None:
-                    action = gen.send(result)
-                else:
-                    action = await offload(functools.partial(gen.send, result))
+                going, action = await advance(functools.partial(gen.send, result))
                 continue
             if action is DISCARD:
                 if last is not None:
@@ -423,8 +429,7 @@ async def drive_async(
             else:
                 assert isinstance(action, Sleep)
                 await sleep(action.seconds)
-            action = next(gen) if offload is None else await offload(gen.__next__)
-    except StopIteration as stop:
-        return Finished(last, error, stop.value)
+            going, action = await advance(gen.__next__)
+        return Finished(last, error, action)
     finally:
         gen.close()
