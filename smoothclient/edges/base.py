@@ -11,6 +11,7 @@ is a module beside ``httpx_transport`` and ``requests_adapter`` built on :class:
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -25,7 +26,16 @@ from ..policy import DEFAULT_POLICY, RetryPolicy
 from .flow import CallFlow, Failure, Offload, Reply, drive, drive_async, in_thread
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async
 
-__all__ = ["DRAIN_LIMIT", "Edge", "EdgeCore", "RequestInfo", "describe", "drainable"]
+__all__ = [
+    "DRAIN_LIMIT",
+    "Edge",
+    "EdgeCore",
+    "RequestInfo",
+    "describe",
+    "drainable",
+    "policy_fields",
+    "with_fields",
+]
 
 R = TypeVar("R", bound=_Response)
 A = TypeVar("A")
@@ -39,6 +49,22 @@ def drainable(headers: Mapping[str, str]) -> bool:
     """Whether a failed response's body is small enough to read before closing it."""
     size = declared_length(headers.get("content-length", ""))
     return size is not None and size <= DRAIN_LIMIT
+
+
+def with_fields(policy: RetryPolicy, fields: Mapping[str, Any]) -> RetryPolicy:
+    """``policy`` with ``fields`` (policy fields given as keywords) applied."""
+    known = {f.name for f in dataclasses.fields(RetryPolicy)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        msg = f"unknown arguments {unknown}: the RetryPolicy fields are {sorted(known)}"
+        raise TypeError(msg)
+    return policy.replace(**fields)
+
+
+def policy_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take the RetryPolicy fields out of ``kwargs`` (the rest stays)."""
+    known = {f.name for f in dataclasses.fields(RetryPolicy)}
+    return {name: kwargs.pop(name) for name in list(kwargs) if name in known}
 
 
 def describe(method: str, origin: str, path: str) -> str:
@@ -79,11 +105,18 @@ class EdgeCore:
         access: FieldAccess,
         route_of: Callable[[Any], tuple[str, str]] | None = None,
         scope: object = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> None:
-        """Validate ``policy`` and ``pacer`` and fill in the defaults."""
+        """
+        Validate ``policy`` and ``pacer`` and fill in the defaults.
+
+        ``fields``: policy fields given as keywords (``attempts=3``), applied over ``policy``.
+        """
         if policy is not None and not isinstance(policy, RetryPolicy):
             msg = f"policy must be a RetryPolicy, not {type(policy).__name__}"
             raise TypeError(msg)
+        if fields:
+            policy = with_fields(policy or DEFAULT_POLICY, fields)
         if pacer is not None and not isinstance(pacer, PacerLike):
             msg = (
                 f"pacer must be a Pacer (or have clock, track and peek), not {type(pacer).__name__}"

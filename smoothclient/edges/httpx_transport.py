@@ -16,11 +16,13 @@ import operator
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
 from ..engine.decide import ErrorKind
+from ..errors import RateLimited
+from ..events import CallRecord
 from ..hints import GENERIC, FieldAccess, wants_body
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
@@ -29,7 +31,7 @@ from ..policy import RetryPolicy
 from .base import Edge, EdgeCore, RequestInfo, drainable
 from .flow import Failure, Reply
 
-__all__ = ["AsyncSmoothTransport", "SmoothTransport"]
+__all__ = ["AsyncSmoothTransport", "RateLimitedError", "SmoothTransport"]
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _KINDS: tuple[tuple[type[Exception], ErrorKind], ...] = (
@@ -68,6 +70,11 @@ def _fast_access() -> FieldAccess:
 
 
 HEADER_ACCESS = _fast_access()
+
+
+def _unsent(exc: RateLimited) -> dict[str, Any]:
+    """The record of a call that gave up before its first attempt."""
+    return CallRecord(gave_up=str(exc)).as_dict()
 
 
 def _failure(exc: Exception) -> Failure | None:
@@ -186,6 +193,43 @@ def _replayable(request: httpx.Request) -> bool:
     return True
 
 
+_WRONG_CLIENT = "{0} needs {1} (this transport is for the other kind of client)"
+
+
+def _check_inner(transport: object, kind: type, mine: str, other: str) -> None:
+    """``transport`` (the one that really sends) is of the kind this edge wraps."""
+    if transport is None or isinstance(transport, kind):
+        return
+    sync = isinstance(transport, httpx.BaseTransport)
+    if sync or isinstance(transport, httpx.AsyncBaseTransport):
+        what = "a sync" if sync else "an async"
+        msg = f"{mine} wraps {kind.__qualname__}s; {what} transport goes in {other}"
+    else:
+        name = type(transport).__name__
+        msg = f"{mine}'s transport must be an httpx.{kind.__qualname__}, not {name}"
+    raise TypeError(msg)
+
+
+class RateLimitedError(RateLimited, httpx.TransportError):
+    """
+    :class:`~smoothclient.RateLimited`, raised by the httpx transports: an ``httpx.HTTPError``.
+
+    The call gave up before sending, because the pacer would have held it past its deadline or
+    ``max_retry_after``; ``retry_after`` says for how long.
+    """
+
+    def __init__(self, message: str, *, retry_after: float, request: httpx.Request) -> None:
+        """The message, the delay and the request not sent."""
+        RateLimited.__init__(self, message, retry_after=retry_after)
+        self._request = request
+
+
+def _rate_limited(exc: RateLimited, request: httpx.Request) -> RateLimitedError:
+    error = RateLimitedError(str(exc), retry_after=exc.retry_after, request=request)
+    error.smoothclient = getattr(exc, "smoothclient", None) or _unsent(exc)  # type: ignore[attr-defined]
+    return error
+
+
 class _Base(Edge):
     """What the sync and async transports share: the edge core and the request's facts."""
 
@@ -195,8 +239,9 @@ class _Base(Edge):
         pacer: PacerLike | None,
         rng: random.Random | None,
         scope: ScopeFn | None,
+        fields: dict[str, Any],
     ) -> None:
-        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope)
+        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope, fields)
 
     @staticmethod
     def _origin(request: httpx.Request) -> str:
@@ -225,6 +270,8 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         sleep: how to wait (default ``time.sleep``; tests pass a fake clock's ``sleep``).
         scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
             :class:`~smoothclient.ScopeRules`).
+        **policy_fields: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied
+            over ``policy``.
     """
 
     def __init__(
@@ -236,26 +283,39 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         rng: random.Random | None = None,
         sleep: Callable[[float], object] = time.sleep,
         scope: ScopeFn | None = None,
+        **policy_fields: Any,
     ) -> None:
         """Wrap ``transport``."""
-        super().__init__(policy, pacer, rng, scope)
+        _check_inner(transport, httpx.BaseTransport, "SmoothTransport", "AsyncSmoothTransport")
+        super().__init__(policy, pacer, rng, scope, policy_fields)
         self.transport = transport if transport is not None else httpx.HTTPTransport()
         self._sleep = sleep
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
-        response, record = self._core.call(
-            self._origin(request),
-            request,
-            self._info,
-            self._attempt,
-            _reply,
-            _failure,
-            self._discard,
-            self._sleep,
-        )
+        try:
+            response, record = self._core.call(
+                self._origin(request),
+                request,
+                self._info,
+                self._attempt,
+                _reply,
+                _failure,
+                self._discard,
+                self._sleep,
+            )
+        except RateLimited as exc:
+            raise _rate_limited(exc, request) from exc
         response.extensions["smoothclient"] = record
         return response
+
+    async def __aenter__(self) -> NoReturn:
+        """An async client was given this sync transport: say which one it needs."""
+        raise TypeError(_WRONG_CLIENT.format("httpx.AsyncClient", "AsyncSmoothTransport"))
+
+    async def handle_async_request(self, request: httpx.Request) -> NoReturn:
+        """An async client was given this sync transport: say which one it needs."""
+        raise TypeError(_WRONG_CLIENT.format("httpx.AsyncClient", "AsyncSmoothTransport"))
 
     def _attempt(self, request: httpx.Request, left: float | None) -> httpx.Response:
         return _read(self.transport.handle_request(_cut(request, left)))
@@ -291,6 +351,8 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         pacer: a :class:`~smoothclient.Pacer`, shareable with sync transports too.
         rng: randomness for jitter.
         sleep: an async sleep (default ``anyio.sleep``, which follows the running event loop).
+        scope: which quota scopes a request belongs to (overrides the pacer's ``scope``).
+        **policy_fields: :class:`~smoothclient.RetryPolicy` fields, applied over ``policy``.
     """
 
     def __init__(
@@ -302,26 +364,39 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         rng: random.Random | None = None,
         sleep: Callable[[float], Any] = _anyio_sleep,
         scope: ScopeFn | None = None,
+        **policy_fields: Any,
     ) -> None:
         """Wrap ``transport``."""
-        super().__init__(policy, pacer, rng, scope)
+        _check_inner(transport, httpx.AsyncBaseTransport, "AsyncSmoothTransport", "SmoothTransport")
+        super().__init__(policy, pacer, rng, scope, policy_fields)
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._sleep = sleep
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
-        response, record = await self._core.call_async(
-            self._origin(request),
-            request,
-            self._info,
-            self._attempt,
-            _reply,
-            _failure,
-            self._discard,
-            self._sleep,
-        )
+        try:
+            response, record = await self._core.call_async(
+                self._origin(request),
+                request,
+                self._info,
+                self._attempt,
+                _reply,
+                _failure,
+                self._discard,
+                self._sleep,
+            )
+        except RateLimited as exc:
+            raise _rate_limited(exc, request) from exc
         response.extensions["smoothclient"] = record
         return response
+
+    def __enter__(self) -> NoReturn:
+        """A sync client was given this async transport: say which one it needs."""
+        raise TypeError(_WRONG_CLIENT.format("httpx.Client", "SmoothTransport"))
+
+    def handle_request(self, request: httpx.Request) -> NoReturn:
+        """A sync client was given this async transport: say which one it needs."""
+        raise TypeError(_WRONG_CLIENT.format("httpx.Client", "SmoothTransport"))
 
     async def _attempt(self, request: httpx.Request, left: float | None) -> httpx.Response:
         if left is None:

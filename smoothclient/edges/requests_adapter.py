@@ -23,15 +23,17 @@ from urllib3.exceptions import NewConnectionError
 from urllib3.util import Retry, parse_url
 
 from ..engine.decide import ErrorKind
+from ..errors import RateLimited
+from ..events import CallRecord
 from ..hints import GENERIC, FieldAccess, wants_body
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
-from .base import Edge, EdgeCore, RequestInfo, drainable
+from .base import Edge, EdgeCore, RequestInfo, drainable, policy_fields
 from .flow import Failure, Reply
 
-__all__ = ["SmoothAdapter"]
+__all__ = ["RateLimitedError", "SmoothAdapter"]
 
 _NO_RETRIES = Retry(total=0, connect=0, read=False, redirect=False, status=0, raise_on_status=False)
 
@@ -130,6 +132,10 @@ def _path(url: str) -> str:
     return parse_url(url).path or "/"
 
 
+#: What HTTPAdapter itself takes.
+_ADAPTER_ARGS = frozenset({"pool_connections", "pool_maxsize", "pool_block"})
+
+
 def _route(request: requests.PreparedRequest) -> tuple[str, str]:
     """A request's method and path, for scopes."""
     return request.method or "GET", _path(request.url or "")
@@ -173,7 +179,8 @@ class SmoothAdapter(Edge, HTTPAdapter):
         sleep: how to wait (default ``time.sleep``).
         scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
             :class:`~smoothclient.ScopeRules`).
-        **http_adapter_kwargs: passed to ``HTTPAdapter`` (``pool_connections``,
+        **kwargs: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied over
+            ``policy``; the rest go to ``HTTPAdapter`` (``pool_connections``,
             ``pool_maxsize``, ``pool_block``); ``max_retries`` is refused.
     """
 
@@ -191,7 +198,15 @@ class SmoothAdapter(Edge, HTTPAdapter):
         if "max_retries" in http_adapter_kwargs:
             msg = "SmoothAdapter retries by itself: pass policy=RetryPolicy(...), not max_retries"
             raise TypeError(msg)
-        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope)
+        fields = policy_fields(http_adapter_kwargs)
+        unknown = sorted(set(http_adapter_kwargs) - _ADAPTER_ARGS)
+        if unknown:
+            msg = (
+                f"unknown arguments {unknown}: SmoothAdapter takes RetryPolicy fields and "
+                f"HTTPAdapter's {sorted(_ADAPTER_ARGS)}"
+            )
+            raise TypeError(msg)
+        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope, fields)
         self._sleep = sleep
         super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
 
@@ -222,8 +237,29 @@ class SmoothAdapter(Edge, HTTPAdapter):
                 replayable,
             )
 
-        response, record = self._core.call(
-            _origin(url), request, info, attempt, _reply, _failure, _discard, self._sleep
-        )
+        try:
+            response, record = self._core.call(
+                _origin(url), request, info, attempt, _reply, _failure, _discard, self._sleep
+            )
+        except RateLimited as exc:
+            error = RateLimitedError(str(exc), retry_after=exc.retry_after, request=request)
+            error.smoothclient = CallRecord(gave_up=str(exc)).as_dict()  # type: ignore[attr-defined]
+            raise error from exc
         response.smoothclient = record  # type: ignore[attr-defined]
         return response
+
+
+class RateLimitedError(RateLimited, requests.RequestException):
+    """
+    :class:`~smoothclient.RateLimited` from :class:`SmoothAdapter`: a ``RequestException``.
+
+    The call gave up before sending, because the pacer would have held it past its deadline or
+    ``max_retry_after``; ``retry_after`` says for how long.
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float, request: requests.PreparedRequest
+    ) -> None:
+        """The message, the delay and the request not sent."""
+        requests.RequestException.__init__(self, message, request=request)
+        self.retry_after = retry_after

@@ -69,6 +69,12 @@ def _verdict(value: Any) -> tuple[bool, float | None]:
 def _error_classifier(on: OnError) -> Callable[[Exception], _Failure | None]:
     candidates: tuple[Any, ...] = on if isinstance(on, tuple) else (on,)
     is_types = all(isinstance(t, type) and issubclass(t, BaseException) for t in candidates)
+    if not is_types and (isinstance(on, tuple | type) or not callable(on)):
+        msg = (
+            "on must be an exception type, a tuple of them, or a predicate over the exception, "
+            f"not {on!r}"
+        )
+        raise TypeError(msg)
     types: tuple[type[BaseException], ...] = candidates if is_types else ()
 
     def failure_of(exc: Exception) -> _Failure | None:
