@@ -66,6 +66,9 @@ YOUNG_EVIDENCE = 10
 NOISE = 0.5
 #: ... judged on at least this many throttles since the cut.
 NOISE_EVIDENCE = 3
+#: Requests sent this soon after a quota ran out are not evidence of what it does then: the
+#: processes of a fleet read one shared state through clocks a few milliseconds apart.
+SKEW = 0.02
 #: Past the measured admitted rate, a learned rate grows by this many req/s each second.
 PROBE_GAIN = 0.3
 #: After this many early probes in a row were rejected, a window's stated reset is trusted.
@@ -354,7 +357,7 @@ def observe(
             else:
                 o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
         else:
-            _weigh(o, status, sent_at)
+            _weigh(o, status, sent_at, hints, now)
         _quota(o, hints, now, throttled=throttled)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
@@ -386,17 +389,26 @@ def _capped(hints: Hints, cap: float) -> Hints:
     )
 
 
-def _weigh(o: OriginState, status: int, sent_at: float | None) -> None:
+def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now: float) -> None:
     """
     Weigh a response to a request sent while the ledger said the quota was spent.
 
     A bucket refills continuously, so such a request often gets through before the reset; a
-    window refills only at its reset, so it is rejected.  Older evidence fades.
+    window refills only at its reset, so it is rejected.  A success that reports far more
+    left than a bucket could have refilled since (half the quota or more) met a window that
+    reset before it said it would (one aligned to the clock, say): a window's vote.  Older
+    evidence fades.
     """
     spent = o.exhausted
-    if spent is None or sent_at is None or not spent[0] < sent_at < spent[1]:
+    if spent is None or sent_at is None or not spent[0] + SKEW < sent_at < spent[1]:
         return
-    _vote(o, 1.0 if status < 400 else -1.0 if status == 429 else 0.0)
+    weight = 1.0 if status < 400 else -1.0 if status == 429 else 0.0
+    interval, limit, remaining = o.pace.interval, hints.limit, hints.remaining
+    if weight > 0 and interval and limit and remaining is not None:
+        refilled = (now - spent[0]) / interval  # what a bucket at the mirrored rate got back
+        if remaining >= limit / 2 and remaining > refilled + 1:
+            weight = -1.0
+    _vote(o, weight)
 
 
 def _vote(o: OriginState, weight: float) -> None:
