@@ -10,6 +10,7 @@ herd over N processes, each pacing alone, then all sharing one pacer through Red
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from .server import LimitedServer
 
 __all__ = ["DemoRun", "chart", "run_demo", "run_fleet_demo", "table"]
 
-BIN = 0.1  # seconds per chart row
+BIN = 0.1  # seconds per chart row, at least
+ROWS = 28  # a chart fits a screen: rows are widened (0.1 s steps) to keep within this
 ATTEMPTS = 50
 
 
@@ -210,9 +212,16 @@ def _bar(ok: int, throttled: int, scale: float, width: int) -> str:
     return bar[:width].ljust(width)
 
 
+def _row_seconds(runs: Sequence[DemoRun]) -> float:
+    """The seconds one chart row covers: 0.1, or wider so the longest run fits ROWS rows."""
+    longest = max((r.elapsed for r in runs), default=0.0)
+    return max(BIN, math.ceil(longest / ROWS / BIN) * BIN)
+
+
 def chart(runs: Sequence[DemoRun], *, width: int = 100) -> str:
-    """Arrivals per 100 ms for each run, side by side: █ admitted, ░ throttled (429)."""
-    bins = [_bins(r) for r in runs]
+    """Arrivals per row of time for each run, side by side: █ admitted, ░ throttled (429)."""
+    step = _row_seconds(runs)
+    bins = [_bins(r, step) for r in runs]
     rows = max(len(b) for b in bins)
     peak = max((ok + bad for b in bins for ok, bad in b), default=1)
     column = (width - 8) // len(runs) - 2
@@ -224,18 +233,18 @@ def chart(runs: Sequence[DemoRun], *, width: int = 100) -> str:
         for b in bins:
             ok, bad = b[i] if i < len(b) else (0, 0)
             cells.append(_bar(ok, bad, scale, column) + "  ")
-        lines.append(f"{i * BIN:6.1f}  " + "".join(cells).rstrip())
+        lines.append(f"{i * step:6.1f}  " + "".join(cells).rstrip())
     lines.append(
-        f"  one row = {BIN * 1000:.0f} ms; █ admitted, ░ 429; a block = {1 / scale:.2g} req"
+        f"  one row = {step * 1000:.0f} ms; █ admitted, ░ 429; a block = {1 / scale:.2g} req"
     )
     return "\n".join(lines)
 
 
-def _bins(run: DemoRun) -> list[tuple[int, int]]:
-    count = int(run.elapsed / BIN) + 1
+def _bins(run: DemoRun, step: float = BIN) -> list[tuple[int, int]]:
+    count = int(run.elapsed / step) + 1
     out = [[0, 0] for _ in range(count)]
     for at, status in run.arrivals:
-        i = min(max(int(at / BIN), 0), count - 1)
+        i = min(max(int(at / step), 0), count - 1)
         out[i][status == 429] += 1
     return [(ok, bad) for ok, bad in out]
 

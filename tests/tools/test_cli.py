@@ -126,3 +126,16 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"smoothclient {smoothclient.__version__}"
+
+
+def test_a_long_run_charts_in_at_most_thirty_rows() -> None:
+    """11.5 s of arrivals: rows widen (here to 0.5 s) so the chart fits a screen."""
+    from smoothclient.tools.demo import DemoRun
+
+    arrivals = [(i * 0.05, 429 if i % 3 else 200) for i in range(230)]
+    long = DemoRun("typical", arrivals, 11.5, 0)
+    short = DemoRun("smoothclient", arrivals[:100], 5.0, 0)
+    lines = chart([long, short]).splitlines()
+    assert len(lines) <= 30
+    assert "one row = 500 ms" in lines[-1]
+    assert sum(line.count("█") + line.count("░") for line in lines) > 0
