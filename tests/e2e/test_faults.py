@@ -6,11 +6,11 @@ deadline (or sooner) with the client library's own error or a retried success, n
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import requests
@@ -30,17 +30,25 @@ def _httpx(url: str, policy: RetryPolicy) -> tuple[int | None, dict[str, Any]]:
     return response.status_code, response.extensions["smoothclient"]
 
 
-def _httpx_async(url: str, policy: RetryPolicy) -> tuple[int | None, dict[str, Any]]:
-    async def main() -> tuple[int | None, dict[str, Any]]:
-        transport = AsyncSmoothTransport(policy=policy)
-        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
-            try:
-                response = await client.get(url)
-            except httpx.HTTPError as exc:
-                return None, getattr(exc, "smoothclient", {})
-        return response.status_code, response.extensions["smoothclient"]
+def _httpx_async_on(backend: str) -> Get:
+    def get(url: str, policy: RetryPolicy) -> tuple[int | None, dict[str, Any]]:
+        async def main() -> tuple[int | None, dict[str, Any]]:
+            transport = AsyncSmoothTransport(policy=policy)
+            async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+                try:
+                    response = await client.get(url)
+                except httpx.HTTPError as exc:
+                    return None, getattr(exc, "smoothclient", {})
+            return response.status_code, response.extensions["smoothclient"]
 
-    return asyncio.run(main())
+        found: tuple[int | None, dict[str, Any]] = anyio.run(main, backend=backend)
+        return found
+
+    get.__name__ = f"httpx_{backend}"
+    return get
+
+
+_httpx_async = _httpx_async_on("asyncio")
 
 
 def _requests(url: str, policy: RetryPolicy) -> tuple[int | None, dict[str, Any]]:
@@ -93,22 +101,7 @@ def test_an_answer_that_never_comes_ends_at_the_deadline(
     assert elapsed < 1.5
 
 
-def _httpx_trio(url: str, policy: RetryPolicy) -> tuple[int | None, dict[str, Any]]:
-    import trio
-
-    async def main() -> tuple[int | None, dict[str, Any]]:
-        transport = AsyncSmoothTransport(policy=policy)
-        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
-            try:
-                response = await client.get(url)
-            except httpx.HTTPError as exc:
-                return None, getattr(exc, "smoothclient", {})
-        return response.status_code, response.extensions["smoothclient"]
-
-    return trio.run(main)
-
-
-@pytest.mark.parametrize("run", [_httpx_async, _httpx_trio], ids=["asyncio", "trio"])
+@pytest.mark.parametrize("run", [_httpx_async, _httpx_async_on("trio")], ids=["asyncio", "trio"])
 def test_a_dripped_header_block_ends_at_the_deadline_on_async_edges(
     server: LimitedServer, run: Get
 ) -> None:
