@@ -95,13 +95,24 @@ def cmd_offset(args: argparse.Namespace) -> int:
     return 0
 
 
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the herd twice against a local server and print the table and chart."""
-    try:
-        from . import demo
-    except ImportError as exc:  # pragma: no cover - httpx is an extra
-        print(f"smoothclient demo needs httpx: pip install 'smoothclient[httpx]' ({exc})")
+    needs = {"httpx": "httpx", "anyio": "httpx"} | ({"redis": "redis"} if args.fleet else {})
+    missing = sorted({extra for module, extra in needs.items() if not _importable(module)})
+    if missing:
+        extras = ",".join(missing)
+        print(
+            f"smoothclient demo needs {' and '.join(missing)}: pip install 'smoothclient[{extras}]'"
+        )
         return 2
+    from . import demo
+
     herd = (
         f"A herd of {args.clients} GETs at once against a local server admitting {args.rate:g} "
         f"req/s (burst {args.burst:g}"
