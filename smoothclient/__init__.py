@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .pacing.pacer import Pacer
     from .pacing.presets import GITHUB_SCOPES
     from .pacing.scopes import ScopeRequest, ScopeRule, ScopeRules
-    from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
+    from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy, override_policy
     from .spreading.jittered import jittered
     from .spreading.offsets import next_run, offset_for
     from .spreading.paced import paced
@@ -61,6 +61,7 @@ PUBLIC: dict[str, tuple[str, str | None]] = {
     "jittered": ("spreading.jittered", None),
     "next_run": ("spreading.offsets", None),
     "offset_for": ("spreading.offsets", None),
+    "override_policy": ("policy", None),
     "paced": ("spreading.paced", None),
     "read_body_hints": ("hints", None),
     "read_hints": ("hints", None),
@@ -103,6 +104,7 @@ __all__ = [
     "jittered",
     "next_run",
     "offset_for",
+    "override_policy",
     "paced",
     "read_body_hints",
     "read_hints",

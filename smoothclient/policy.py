@@ -9,8 +9,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Callable, Collection, Set
+from collections.abc import Callable, Collection, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,9 @@ __all__ = [
     "RETRY_STATUSES",
     "RetryBudget",
     "RetryPolicy",
+    "override_policy",
+    "overrides",
+    "with_fields",
 ]
 
 #: Methods RFC 9110 defines as idempotent: safe to send twice.
@@ -165,3 +170,44 @@ class RetryPolicy:
 
 #: The defaults: 5 attempts within 60 s, full jitter from 0.1 s doubling to a 30 s cap.
 DEFAULT_POLICY = RetryPolicy()
+
+
+def with_fields(policy: RetryPolicy, fields: Mapping[str, Any]) -> RetryPolicy:
+    """``policy`` with ``fields`` (RetryPolicy fields by name) applied and validated."""
+    known = {f.name for f in dataclasses.fields(RetryPolicy)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        msg = f"unknown arguments {unknown}: the RetryPolicy fields are {sorted(known)}"
+        raise TypeError(msg)
+    return policy.replace(**fields)
+
+
+_OVERRIDES: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "smoothclient_overrides", default=None
+)
+
+
+def overrides() -> Mapping[str, Any] | None:
+    """The policy fields :func:`override_policy` sets for calls made here, if any."""
+    return _OVERRIDES.get()
+
+
+@contextlib.contextmanager
+def override_policy(**fields: Any) -> Iterator[None]:
+    """
+    Change policy fields for the calls made inside the block, through every edge.
+
+    Per thread and per task (``contextvars``): other threads' and tasks' calls are not
+    touched.  Nested blocks add to the outer one.  ``attempts=1`` turns retries off.
+
+    >>> from smoothclient import override_policy
+    >>> with override_policy(attempts=1, timeout=5):
+    ...     pass  # calls here make one attempt, within 5 s
+    """
+    merged = {**(_OVERRIDES.get() or {}), **fields}
+    with_fields(DEFAULT_POLICY, merged)  # refused here, not at the first call
+    token = _OVERRIDES.set(merged)
+    try:
+        yield
+    finally:
+        _OVERRIDES.reset(token)

@@ -11,6 +11,7 @@ is a module beside ``httpx_transport`` and ``requests_adapter`` built on :class:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,7 +23,7 @@ from ..hints.numbers import declared_length
 from ..pacing.pacer import Pacer, PacerLike
 from ..pacing.scopes import ScopeFn
 from ..pacing.store import Tracker
-from ..policy import DEFAULT_POLICY, RetryPolicy
+from ..policy import DEFAULT_POLICY, RetryPolicy, overrides, with_fields
 from .flow import CallFlow, Failure, Offload, Reply, drive, drive_async, in_thread
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async
 
@@ -34,7 +35,6 @@ __all__ = [
     "describe",
     "drainable",
     "policy_fields",
-    "with_fields",
 ]
 
 R = TypeVar("R", bound=_Response)
@@ -49,16 +49,6 @@ def drainable(headers: Mapping[str, str]) -> bool:
     """Whether a failed response's body is small enough to read before closing it."""
     size = declared_length(headers.get("content-length", ""))
     return size is not None and size <= DRAIN_LIMIT
-
-
-def with_fields(policy: RetryPolicy, fields: Mapping[str, Any]) -> RetryPolicy:
-    """``policy`` with ``fields`` (policy fields given as keywords) applied."""
-    known = {f.name for f in dataclasses.fields(RetryPolicy)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        msg = f"unknown arguments {unknown}: the RetryPolicy fields are {sorted(known)}"
-        raise TypeError(msg)
-    return policy.replace(**fields)
 
 
 def policy_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -133,6 +123,31 @@ class EdgeCore:
         self.lane = FastLane(self.pacer, self.policy, access, self.bind)
         # a store that does blocking I/O (Redis): async calls run its steps in worker threads
         self.offload: Offload | None = in_thread if getattr(self.pacer, "shared", False) else None
+
+    def under(self, extra: object = None) -> EdgeCore:
+        """
+        This core, or one with the policy the current overrides give.
+
+        The fields of :func:`~smoothclient.override_policy`, then ``extra`` (a request's own:
+        a RetryPolicy, or a mapping of its fields) over this core's policy.
+        """
+        fields = overrides()
+        if fields is None and extra is None:
+            return self  # the common case
+        policy = with_fields(self.policy, fields) if fields else self.policy
+        if isinstance(extra, RetryPolicy):
+            policy = extra  # the request's own policy: the most specific word
+        elif isinstance(extra, Mapping):
+            policy = with_fields(policy, extra)
+        elif extra is not None:
+            msg = (
+                f"a request's smoothclient extension must be a RetryPolicy or a dict, not {extra!r}"
+            )
+            raise TypeError(msg)
+        core = copy.copy(self)
+        core.policy = policy
+        core.lane = FastLane(self.pacer, policy, self._access, self.bind)
+        return core
 
     def _within(self, send: Callable[[A, float | None], T], started: float) -> Callable[[A], T]:
         """``send`` told, at each attempt, what is left of the deadline begun at ``started``."""

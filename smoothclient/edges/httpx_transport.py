@@ -293,8 +293,9 @@ class SmoothTransport(_Base, httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
+        core = self._core.under(request.extensions.get("smoothclient"))
         try:
-            response, record = self._core.call(
+            response, record = core.call(
                 self._origin(request),
                 request,
                 self._info,
@@ -374,8 +375,9 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
+        core = self._core.under(request.extensions.get("smoothclient"))
         try:
-            response, record = await self._core.call_async(
+            response, record = await core.call_async(
                 self._origin(request),
                 request,
                 self._info,

@@ -229,7 +229,7 @@ class SmoothAdapter(Edge, HTTPAdapter):
             return super(SmoothAdapter, self).send(request, **kwargs)
 
         def info(request: requests.PreparedRequest) -> RequestInfo:
-            key = self._core.policy.idempotency_header
+            key = core.policy.idempotency_header
             return RequestInfo(
                 request.method or "GET",
                 _path(url),
@@ -237,8 +237,9 @@ class SmoothAdapter(Edge, HTTPAdapter):
                 replayable,
             )
 
+        core = self._core.under()
         try:
-            response, record = self._core.call(
+            response, record = core.call(
                 _origin(url), request, info, attempt, _reply, _failure, _discard, self._sleep
             )
         except RateLimited as exc:
