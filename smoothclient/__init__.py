@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .edges.httpx_transport import AsyncSmoothTransport, SmoothTransport
     from .edges.requests_adapter import SmoothAdapter
     from .errors import InfeasibleWindow, RateLimited, SmoothError
-    from .events import RetryEvent
+    from .events import CallEnded, RetryEvent
     from .hints import Hints, Quota, read_body_hints, read_hints
     from .pacing.pacer import Pacer
     from .pacing.presets import GITHUB_SCOPES
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 #: Every public name: the module it lives in (under ``smoothclient.``) and the extra it needs.
 PUBLIC: dict[str, tuple[str, str | None]] = {
     "AsyncSmoothTransport": ("edges.httpx_transport", "httpx"),
+    "CallEnded": ("events", None),
     "DEFAULT_POLICY": ("policy", None),
     "GITHUB_SCOPES": ("pacing.presets", None),
     "Hints": ("hints", None),
@@ -81,6 +82,7 @@ __all__ = [
     "DEFAULT_POLICY",
     "GITHUB_SCOPES",
     "AsyncSmoothTransport",
+    "CallEnded",
     "Hints",
     "InfeasibleWindow",
     "JitteredTTLCache",

@@ -1,8 +1,9 @@
 """
 What a logical call tells its observers.
 
-:class:`RetryEvent` is given to ``on_retry`` hooks before each wait; :class:`CallRecord` says
-what happened, attached to the final response or exception.
+:class:`RetryEvent` is given to ``on_retry`` hooks before each wait, :class:`CallEnded` to
+``on_success`` and ``on_give_up`` hooks when a call ends; :class:`CallRecord` says what
+happened, attached to the final response or exception.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CallRecord", "RetryEvent", "first_attempt_record"]
+__all__ = ["CallEnded", "CallRecord", "RetryEvent", "first_attempt_record"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,26 @@ class RetryEvent:
     status: int | None = None
     exception: BaseException | None = None
     window: tuple[float, float] = (0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """
+    Given to the ``on_success`` or ``on_give_up`` hook when a logical call ends.
+
+    ``on_success``: a response below 400; ``on_give_up``: anything else (an error status
+    returned, an exception raised, a call not sent).
+    """
+
+    origin: str
+    record: dict[str, Any]
+    status: int | None = None
+    exception: BaseException | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the call ended with a response below 400."""
+        return self.exception is None and self.status is not None and self.status < 400
 
 
 @dataclass

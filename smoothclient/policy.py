@@ -20,7 +20,7 @@ from ._validate import fraction, optional_seconds, positive_int, seconds
 from .engine.backoff import JITTER_KINDS, JitterKind
 
 if TYPE_CHECKING:
-    from .events import RetryEvent
+    from .events import CallEnded, RetryEvent
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -108,6 +108,10 @@ class RetryPolicy:
         budget: an optional :class:`RetryBudget`.
         on_retry: called with a :class:`~smoothclient.RetryEvent` before each wait, after the
             failed response is closed; an exception it raises ends the call and propagates.
+        on_success: called with a :class:`~smoothclient.CallEnded` when a call ends with a
+            response below 400 (an exception it raises propagates).
+        on_give_up: called with a :class:`~smoothclient.CallEnded` when a call ends any
+            other way: an error status returned, an exception raised, a call not sent.
     """
 
     attempts: int = 5
@@ -125,6 +129,8 @@ class RetryPolicy:
     retry_forbidden_with_hints: bool = True
     budget: RetryBudget | None = None
     on_retry: Callable[[RetryEvent], None] | None = field(default=None, compare=False)
+    on_success: Callable[[CallEnded], None] | None = field(default=None, compare=False)
+    on_give_up: Callable[[CallEnded], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         """Validate and normalise every field."""
@@ -150,9 +156,11 @@ class RetryPolicy:
         if self.budget is not None and not isinstance(self.budget, RetryBudget):
             msg = f"budget must be a RetryBudget or None, not {type(self.budget).__name__}"
             raise TypeError(msg)
-        if self.on_retry is not None and not callable(self.on_retry):
-            msg = "on_retry must be callable or None"
-            raise TypeError(msg)
+        for name in ("on_retry", "on_success", "on_give_up"):
+            hook = getattr(self, name)
+            if hook is not None and not callable(hook):
+                msg = f"{name} must be callable or None, not {type(hook).__name__}"
+                raise TypeError(msg)
         if self.idempotency_header is not None and not isinstance(self.idempotency_header, str):
             msg = "idempotency_header must be a header name or None"
             raise TypeError(msg)

@@ -18,13 +18,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..errors import RateLimited
+from ..events import CallEnded
 from ..hints import FieldAccess
 from ..hints.numbers import declared_length
 from ..pacing.pacer import Pacer, PacerLike
 from ..pacing.scopes import ScopeFn
 from ..pacing.store import Tracker
 from ..policy import DEFAULT_POLICY, RetryPolicy, overrides, with_fields
-from .flow import CallFlow, Failure, Offload, Reply, drive, drive_async, in_thread
+from .flow import CallFlow, Failure, Finished, Offload, Reply, drive, drive_async, in_thread
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async
 
 __all__ = [
@@ -214,22 +216,26 @@ class EdgeCore:
         """
         started = self.pacer.clock()  # the deadline counts the first attempt too
         attempt = self._within(send, started)
-        response, first, record, lane, tracker = first_try(
-            self.lane, origin, attempt, request, failure_of, reply_of
-        )
-        if record is not None and response is not None:  # ended on the fast lane
-            return response, record
-        done = drive(
-            self.flow(origin, info(request), first, lane, started, tracker, request),
-            lambda: attempt(request),
-            reply_of,
-            failure_of,
-            discard,
-            sleep,
-            last=response,
-            error=first.exception if isinstance(first, Failure) else None,
-        )
-        return done.unwrap(), done.record.as_dict()
+        try:
+            response, first, record, lane, tracker = first_try(
+                self.lane, origin, attempt, request, failure_of, reply_of
+            )
+            if record is not None and response is not None:  # ended on the fast lane
+                return self._ended(origin, response, record)
+            done = drive(
+                self.flow(origin, info(request), first, lane, started, tracker, request),
+                lambda: attempt(request),
+                reply_of,
+                failure_of,
+                discard,
+                sleep,
+                last=response,
+                error=first.exception if isinstance(first, Failure) else None,
+            )
+        except RateLimited as exc:  # not sent: the pacer would hold it too long
+            self._gave_up(origin, exc, {})
+            raise
+        return self._finished(origin, done)
 
     async def call_async(
         self,
@@ -245,23 +251,50 @@ class EdgeCore:
         """Async twin of :meth:`call`."""
         started = self.pacer.clock()
         attempt = self._within(send, started)
-        response, first, record, lane, tracker = await first_try_async(
-            self.lane, origin, attempt, request, failure_of, reply_of, self.offload
-        )
-        if record is not None and response is not None:  # ended on the fast lane
-            return response, record
-        done = await drive_async(
-            self.flow(origin, info(request), first, lane, started, tracker, request),
-            lambda: attempt(request),
-            reply_of,
-            failure_of,
-            discard,
-            sleep,
-            last=response,
-            error=first.exception if isinstance(first, Failure) else None,
-            offload=self.offload,
-        )
-        return done.unwrap(), done.record.as_dict()
+        try:
+            response, first, record, lane, tracker = await first_try_async(
+                self.lane, origin, attempt, request, failure_of, reply_of, self.offload
+            )
+            if record is not None and response is not None:  # ended on the fast lane
+                return self._ended(origin, response, record)
+            done = await drive_async(
+                self.flow(origin, info(request), first, lane, started, tracker, request),
+                lambda: attempt(request),
+                reply_of,
+                failure_of,
+                discard,
+                sleep,
+                last=response,
+                error=first.exception if isinstance(first, Failure) else None,
+                offload=self.offload,
+            )
+        except RateLimited as exc:  # not sent: the pacer would hold it too long
+            self._gave_up(origin, exc, {})
+            raise
+        return self._finished(origin, done)
+
+    def _ended(self, origin: str, response: R, record: dict[str, Any]) -> tuple[R, dict[str, Any]]:
+        """A call ended with ``response``: the success or give-up hook, then the result."""
+        policy = self.policy
+        if policy.on_success is not None or policy.on_give_up is not None:
+            status: int = response.status_code
+            ended = CallEnded(origin, record, status)
+            hook = policy.on_success if status < 400 else policy.on_give_up
+            if hook is not None:
+                hook(ended)
+        return response, record
+
+    def _finished(self, origin: str, done: Finished[R]) -> tuple[R, dict[str, Any]]:
+        """A call ended in the flow: its response, or its error raised (the hooks told)."""
+        record = done.record.as_dict()
+        if done.error is not None:
+            self._gave_up(origin, done.error, record)
+        return self._ended(origin, done.unwrap(), record)
+
+    def _gave_up(self, origin: str, error: BaseException, record: dict[str, Any]) -> None:
+        hook = self.policy.on_give_up
+        if hook is not None:
+            hook(CallEnded(origin, record or {"attempts": 0}, exception=error))
 
 
 def _binder(
