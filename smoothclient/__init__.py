@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .edges.httpx_transport import AsyncSmoothTransport, SmoothTransport
     from .edges.requests_adapter import SmoothAdapter
     from .errors import InfeasibleWindow, RateLimited, SmoothError
-    from .events import CallEnded, RetryEvent
+    from .events import CallEnded, CallRecord, RetryEntry, RetryEvent, record_of
     from .hints import Hints, Quota, read_body_hints, read_hints
     from .pacing.pacer import Pacer
     from .pacing.presets import GITHUB_SCOPES
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 PUBLIC: dict[str, tuple[str, str | None]] = {
     "AsyncSmoothTransport": ("edges.httpx_transport", "httpx"),
     "CallEnded": ("events", None),
+    "CallRecord": ("events", None),
     "DEFAULT_POLICY": ("policy", None),
     "GITHUB_SCOPES": ("pacing.presets", None),
     "Hints": ("hints", None),
@@ -49,6 +50,7 @@ PUBLIC: dict[str, tuple[str, str | None]] = {
     "RateLimited": ("errors", None),
     "Reconciler": ("spreading.reconciler", None),
     "RetryBudget": ("policy", None),
+    "RetryEntry": ("events", None),
     "RetryEvent": ("events", None),
     "RetryPolicy": ("policy", None),
     "ScopeRequest": ("pacing.scopes", None),
@@ -66,6 +68,7 @@ PUBLIC: dict[str, tuple[str, str | None]] = {
     "paced": ("spreading.paced", None),
     "read_body_hints": ("hints", None),
     "read_hints": ("hints", None),
+    "record_of": ("events", None),
     "retry": ("spreading.retry", None),
     "spread": ("spreading.spread", None),
 }
@@ -83,6 +86,7 @@ __all__ = [
     "GITHUB_SCOPES",
     "AsyncSmoothTransport",
     "CallEnded",
+    "CallRecord",
     "Hints",
     "InfeasibleWindow",
     "JitteredTTLCache",
@@ -92,6 +96,7 @@ __all__ = [
     "RateLimited",
     "Reconciler",
     "RetryBudget",
+    "RetryEntry",
     "RetryEvent",
     "RetryPolicy",
     "ScopeRequest",
@@ -110,6 +115,7 @@ __all__ = [
     "paced",
     "read_body_hints",
     "read_hints",
+    "record_of",
     "retry",
     "spread",
     "testing",

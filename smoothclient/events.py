@@ -8,10 +8,19 @@ happened, attached to the final response or exception.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CallEnded", "CallRecord", "RetryEvent", "first_attempt_record"]
+__all__ = [
+    "CallEnded",
+    "CallRecord",
+    "RecordBuilder",
+    "RetryEntry",
+    "RetryEvent",
+    "first_attempt_record",
+    "record_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,40 +56,150 @@ class CallEnded:
         return self.exception is None and self.status is not None and self.status < 400
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class RetryEntry:
+    """One retry: why, the backoff window drawn from, and the delay drawn from it."""
+
+    reason: str
+    delay: float
+    window: tuple[float, float] = (0.0, 0.0)
+    status: int | None = None  # of the attempt that was retried (None: an exception)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain dict."""
+        return {
+            "reason": self.reason,
+            "delay": self.delay,
+            "window": list(self.window),
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class CallRecord:
-    """What happened during one logical call (attached to the final response)."""
+    """
+    What happened during one logical call; read it with :func:`record_of`.
+
+    Attributes:
+        attempts: attempts sent (0: given up before the first).
+        retries: one entry per retry (its reason, backoff window and delay), as logged.
+        waits: every wait, in order (backoff and the pacer's slots together).
+        pacer_waits: the part of each wait the pacer imposed beyond the backoff delay.
+        total_wait: seconds waited in all.
+        gave_up: why the call gave up (``None``: it ended with a success or a final status).
+        status: the final response's status (``None``: the call ended with an exception).
+    """
 
     attempts: int = 0
-    waits: list[float] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
+    retries: tuple[RetryEntry, ...] = ()
+    waits: tuple[float, ...] = ()
+    pacer_waits: tuple[float, ...] = ()
     gave_up: str | None = None
+    status: int | None = None
 
     @property
     def total_wait(self) -> float:
         """Seconds spent waiting (pacer slots and backoff)."""
-        return sum(self.waits)
+        return float(sum(self.waits))
 
-    def attach_to(self, error: BaseException) -> BaseException:
-        """Note this record on ``error`` (a note and ``error.smoothclient``); return it."""
-        error.add_note(
-            f"smoothclient: {self.attempts} attempt(s), waited {self.total_wait:.3f} s"
-            + (f"; gave up: {self.gave_up}" if self.gave_up else "")
-        )
-        error.smoothclient = self.as_dict()  # type: ignore[attr-defined]
-        return error
+    @property
+    def reasons(self) -> list[str]:
+        """Why each retry was made."""
+        return [entry.reason for entry in self.retries]
 
     def as_dict(self) -> dict[str, Any]:
-        """A plain dict for ``response.extensions`` and logs."""
+        """A plain dict (what the edges attach: ``response.extensions["smoothclient"]``...)."""
         return {
             "attempts": self.attempts,
             "waits": list(self.waits),
             "total_wait": self.total_wait,
-            "reasons": list(self.reasons),
+            "reasons": self.reasons,
             "gave_up": self.gave_up,
+            "status": self.status,
+            "retries": [entry.as_dict() for entry in self.retries],
+            "pacer_waits": list(self.pacer_waits),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CallRecord:
+        """The record :meth:`as_dict` gave (missing keys read as empty)."""
+        retries = tuple(
+            RetryEntry(e["reason"], float(e["delay"]), tuple(e["window"]), e.get("status"))
+            for e in data.get("retries", ())
+        )
+        if not retries:  # an older or hand-made record: reasons only
+            retries = tuple(RetryEntry(reason, 0.0) for reason in data.get("reasons", ()))
+        return cls(
+            attempts=int(data.get("attempts", 0)),
+            retries=retries,
+            waits=tuple(float(w) for w in data.get("waits", ())),
+            pacer_waits=tuple(float(w) for w in data.get("pacer_waits", ())),
+            gave_up=data.get("gave_up"),
+            status=data.get("status"),
+        )
 
-def first_attempt_record() -> dict[str, Any]:
+
+def record_of(outcome: object) -> CallRecord | None:
+    """
+    The record of the call that gave ``outcome``; ``None``: no smoothclient call made it.
+
+    ``outcome``: an httpx or requests response, or an exception any edge or ``@retry``
+    raised.
+    """
+    data = getattr(outcome, "smoothclient", None)
+    if data is None:
+        extensions = getattr(outcome, "extensions", None)
+        if isinstance(extensions, Mapping):
+            data = extensions.get("smoothclient")
+    return CallRecord.from_dict(data) if isinstance(data, Mapping) else None
+
+
+@dataclass
+class RecordBuilder:
+    """The record of a call in progress (the flow's and ``@retry``'s)."""
+
+    attempts: int = 0
+    retries: list[RetryEntry] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    pacer_waits: list[float] = field(default_factory=list)
+    gave_up: str | None = None
+    status: int | None = None
+
+    def freeze(self) -> CallRecord:
+        """The record as it stands."""
+        return CallRecord(
+            self.attempts,
+            tuple(self.retries),
+            tuple(self.waits),
+            tuple(self.pacer_waits),
+            self.gave_up,
+            self.status,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as a plain dict."""
+        return self.freeze().as_dict()
+
+    def attach_to(self, error: BaseException) -> BaseException:
+        """Note this record on ``error`` (a note and ``error.smoothclient``); return it."""
+        record = self.freeze()
+        error.add_note(
+            f"smoothclient: {record.attempts} attempt(s), waited {record.total_wait:.3f} s"
+            + (f"; gave up: {record.gave_up}" if record.gave_up else "")
+        )
+        error.smoothclient = record.as_dict()  # type: ignore[attr-defined]
+        return error
+
+
+def first_attempt_record(status: int | None = None) -> dict[str, Any]:
     """The record of a call whose first attempt ended it (a fresh dict each time)."""
-    return {"attempts": 1, "waits": [], "total_wait": 0.0, "reasons": [], "gave_up": None}
+    return {
+        "attempts": 1,
+        "waits": [],
+        "total_wait": 0.0,
+        "reasons": [],
+        "gave_up": None,
+        "status": status,
+        "retries": [],
+        "pacer_waits": [],
+    }

@@ -3,7 +3,7 @@ One logical call as a generator of actions, shared by every HTTP edge (sync and 
 
 The generator yields :data:`SEND` (send the request and send back a :class:`Reply` or
 :class:`Failure`), :class:`Sleep` (wait that long) or :data:`DISCARD` (close the last response,
-its connection goes back to the pool).  It returns a :class:`~smoothclient.events.CallRecord`;
+its connection goes back to the pool).  It returns a :class:`~smoothclient.events.RecordBuilder`;
 the edge then returns the last response or raises the last exception.  It does no I/O: it asks
 the pacer's tracker for slots and tells it what came back, and the engine what to do next.
 """
@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from .. import testing
 from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide, ends_call
 from ..errors import RateLimited
-from ..events import CallRecord, RetryEvent
+from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
 from ..pacing.scopes import Bound
 from ..pacing.store import Tracker
@@ -88,7 +88,7 @@ class Failure:
 
 def announce(
     policy: RetryPolicy,
-    record: CallRecord,
+    record: RecordBuilder,
     describe: str,
     origin: str,
     state: CallState,
@@ -97,7 +97,7 @@ def announce(
     exception: BaseException | None,
 ) -> None:
     """Tell the record, the log and the ``on_retry`` hook that the call will retry."""
-    record.reasons.append(decision.reason)
+    record.retries.append(RetryEntry(decision.reason, decision.delay, decision.window, status))
     log.debug(
         "%s: attempt %d: %s; retrying in %.3f s (window %.3f-%.3f s)",
         describe,
@@ -171,13 +171,13 @@ class CallFlow:
         self.started = started
         self.rebind = rebind
         self.base = tracker  # what the request is bound by when no scope binds it
-        self.record = CallRecord()
+        self.record = RecordBuilder()
 
     def _sleep(self, seconds: float) -> Sleep:
         self.record.waits.append(seconds)
         return Sleep(0.0 if self.no_wait else seconds)
 
-    def run(self) -> Generator[Action, Reply | Failure | None, CallRecord]:
+    def run(self) -> Generator[Action, Reply | Failure | None, RecordBuilder]:
         """Drive the call: yield actions, receive replies, return the record."""
         policy, clock = self.policy, self.clock
         started = clock() if self.started is None else self.started
@@ -237,8 +237,10 @@ class CallFlow:
                 yield self._sleep(0.0)
             return True
         cap = self.policy.max_retry_after
+        began = self.clock()
+        backoff = max(0.0, not_before - began)  # what the retry decision itself asked for
         if cap is not None:
-            latest = max(self.clock(), not_before) + cap
+            latest = max(began, not_before) + cap
             deadline = latest if deadline is None else min(deadline, latest)
         while True:
             if self.rebind is not None:  # the scopes learned since bind the request too
@@ -256,6 +258,9 @@ class CallFlow:
             except BaseException:
                 self.tracker.cancel()
                 raise
+        waited = admission.delay + (now - began)
+        if waited > backoff + 1e-9:  # the pacer held it longer than the backoff did
+            self.record.pacer_waits.append(waited - backoff)
         return True
 
     def _refused(self, delay: float) -> bool:
@@ -273,6 +278,7 @@ class CallFlow:
         tracker, policy = self.tracker, self.policy
         now = self.clock()
         if isinstance(result, Reply):
+            self.record.status = result.status
             hints = read_fields(result.headers, self.access)
             if result.body is not None:
                 hints = with_body_hints(hints, result.body)
@@ -284,6 +290,7 @@ class CallFlow:
             if ends_call(policy, result.status, hints):
                 return _SUCCESS, outcome  # the common case: nothing to decide
         elif isinstance(result, Failure):
+            self.record.status = None
             tracker.failed()
             hints = (
                 _NO_HINTS if result.retry_after is None else Hints(retry_after=result.retry_after)
@@ -305,7 +312,7 @@ class Finished(Generic[R]):
 
     response: R | None
     error: BaseException | None
-    record: CallRecord
+    record: RecordBuilder
 
     def unwrap(self) -> R:
         """Return the last response, or raise the last error."""

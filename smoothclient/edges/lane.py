@@ -133,7 +133,7 @@ class FastLane:
         budget = self._policy.budget
         if budget is not None:  # the call's one attempt counts toward the retry budget
             tracker.record_attempt(budget, now)
-        return first_attempt_record()
+        return first_attempt_record(status)
 
     @staticmethod
     def failed(

@@ -23,7 +23,7 @@ import wrapt
 from .. import testing
 from ..edges.flow import announce
 from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide
-from ..events import CallRecord
+from ..events import RecordBuilder
 from ..hints.model import Hints
 from ..pacing.budget import BudgetCounts
 from ..policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
@@ -125,7 +125,7 @@ class _Run:
         self.policy, self.name, self.rng, self.clock = policy, name, rng, clock
         self.budget, self.failure_of = budget, failure_of
         self.state = CallState(clock(), name, idempotent=idempotent)
-        self.record = CallRecord()
+        self.record = RecordBuilder()
 
     def attempt(self) -> None:
         """An attempt starts."""

@@ -180,6 +180,9 @@ def test_a_success_ends_the_call_at_once(edge: Call) -> None:
         "total_wait": 0.0,
         "reasons": [],
         "gave_up": None,
+        "status": 200,
+        "retries": [],
+        "pacer_waits": [],
     }
 
 

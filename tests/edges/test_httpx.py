@@ -509,6 +509,9 @@ def test_errors_no_policy_retries_end_on_the_fast_lane(clock: FakeClock, paced: 
                 "total_wait": 0.0,
                 "reasons": [],
                 "gave_up": None,
+                "status": status,
+                "retries": [],
+                "pacer_waits": [],
             }
     assert clock.sleeps == []
     view = pacer.view("https://api.test:443")

@@ -20,6 +20,7 @@ from smoothclient import (
     SmoothAdapter,
     SmoothTransport,
     override_policy,
+    record_of,
 )
 from smoothclient.testing import FakeClock
 
@@ -116,6 +117,9 @@ def test_override_policy_on_async_tasks_and_requests(clock: FakeClock) -> None:
         with override_policy(attempts=1):
             response = session.get(URL)
         assert response.smoothclient["attempts"] == 1  # type: ignore[attr-defined]
+        record = record_of(response)  # one reader for every edge
+        assert record is not None
+        assert (record.attempts, record.status) == (1, 503)
         assert session.get(URL).smoothclient["attempts"] == 4  # type: ignore[attr-defined]
 
 
