@@ -130,6 +130,7 @@ class OriginView:
     limit: float | None = None  # the quota's size, if stated
     reset_in: float | None = None  # seconds until the quota resets, if known
     kind: Kind = "unknown"  # what the quota does between resets (see Kind)
+    window: float | None = None  # the quota's window: limit over the mirrored rate, or guessed
 
 
 @dataclass(slots=True)
@@ -610,4 +611,12 @@ def view(origin: str, o: OriginState, now: float) -> OriginView:
         o.limit,
         None if o.reset_at is None else max(0.0, o.reset_at - now),
         o.kind,
+        _window(o),
     )
+
+
+def _window(o: OriginState) -> float | None:
+    """The quota's window as the model sees it (``None``: no quota, or no way to tell)."""
+    if o.limit and o.pace.rate and not o.learned:
+        return o.limit / o.pace.rate
+    return o.window_guesses.get(o.limit)

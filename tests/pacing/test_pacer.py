@@ -365,3 +365,23 @@ def test_pickling_keeps_the_settings_not_the_state() -> None:
     )
     assert copy.origins() == []
     assert copy.track(ORIGIN).acquire(0.0).delay == 0.0  # the original's gate did not come along
+
+
+def test_the_view_shows_the_quota() -> None:
+    """Remaining, limit, window (stated, or the longest reset seen), reset and rate."""
+    from smoothclient.hints import Hints
+
+    pacer = Pacer(probe=0)
+    stated = pacer.track("https://a.test:443")
+    stated.observe(200, Hints(remaining=50, limit=100, window=10), pacer.clock(), counted=False)
+    view = pacer.view("https://a.test:443")
+    assert (view.remaining, view.limit, view.window, view.rate) == (50, 100, 10.0, 10.0)
+    guessed = pacer.track("https://b.test:443")
+    guessed.observe(
+        200, Hints(remaining=50, limit=100, reset_after=30), pacer.clock(), counted=False
+    )
+    other = pacer.view("https://b.test:443")
+    assert other.window == 30.0
+    assert other.reset_in is not None
+    assert 29 < other.reset_in <= 30
+    assert pacer.view("https://c.test:443").window is None
