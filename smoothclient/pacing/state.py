@@ -198,6 +198,7 @@ class OriginState:
 
 
 def _probing(o: OriginState, s: Settings, now: float) -> Admission | None:
+    """Starts the cold-start probe if none went yet; the wait behind it, if one is out."""
     if o.known or s.probe == 0:
         return None
     if o.probe_until is None:
@@ -206,7 +207,31 @@ def _probing(o: OriginState, s: Settings, now: float) -> Admission | None:
     if now >= o.probe_until:
         o.known = True
         return None
+    return _behind_probe(o, s, now)
+
+
+def _behind_probe(o: OriginState, s: Settings, now: float) -> Admission | None:
+    """The wait of a request behind an outstanding cold-start probe (reads only)."""
+    if o.known or s.probe == 0 or o.probe_until is None or now >= o.probe_until:
+        return None
     return Admission(min(PROBE_POLL, o.probe_until - now), final=False)
+
+
+def _plan(
+    o: OriginState, now: float, not_before: float, deadline: float | None
+) -> tuple[Admission, float | None]:
+    """The answer for a slot no earlier than ``not_before``, and the slot if it is granted."""
+    at = _slot(o, max(now, not_before, o.gate))
+    if at is None:  # a reset is being probed: its answer says how many may go
+        return Admission(
+            max(PROBE_POLL, (o.reset_probe or now) - now + PROBE_POLL), final=False
+        ), None
+    if deadline is not None and at > deadline:
+        return Admission(at - now, final=True, granted=False), None
+    if at - now > HORIZON:
+        # too far ahead to fix a slot: the rate may change before then; ask again
+        return Admission(at - now - HORIZON / 2, final=False), None
+    return Admission(at - now), at
 
 
 def acquire(
@@ -220,33 +245,18 @@ def acquire(
     probing = _probing(o, s, now)
     if probing is not None:
         return probing
-    at = _slot(o, max(now, not_before, o.gate))
-    if at is None:  # a reset is being probed: its answer says how many may go
-        return Admission(max(PROBE_POLL, (o.reset_probe or now) - now + PROBE_POLL), final=False)
-    if deadline is not None and at > deadline:
-        return Admission(at - now, final=True, granted=False)
-    if at - now > HORIZON:
-        # too far ahead to fix a slot: the rate may change before then; ask again
-        return Admission(at - now - HORIZON / 2, final=False)
-    _take(o, at)
-    o.waiting += 1
-    return Admission(at - now)
+    answer, at = _plan(o, now, not_before, deadline)
+    if at is not None:
+        _take(o, at)
+        o.waiting += 1
+    return answer
 
 
 def when(
     o: OriginState, s: Settings, now: float, not_before: float, deadline: float | None
 ) -> Admission:
     """What :func:`acquire` would answer, reserving nothing."""
-    if not (o.known or s.probe == 0) and o.probe_until is not None and now < o.probe_until:
-        return Admission(min(PROBE_POLL, o.probe_until - now), final=False)
-    at = _slot(o, max(now, not_before, o.gate))
-    if at is None:
-        return Admission(max(PROBE_POLL, (o.reset_probe or now) - now + PROBE_POLL), final=False)
-    if deadline is not None and at > deadline:
-        return Admission(at - now, final=True, granted=False)
-    if at - now > HORIZON:
-        return Admission(at - now - HORIZON / 2, final=False)
-    return Admission(at - now)
+    return _behind_probe(o, s, now) or _plan(o, now, not_before, deadline)[0]
 
 
 def _slot(o: OriginState, at: float) -> float | None:
