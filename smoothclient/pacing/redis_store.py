@@ -117,7 +117,9 @@ class Link:
         self._adjusted = time.monotonic()
         self._stepped = False
         with contextlib.suppress(_Down):  # if so, the wall clock stands in until Redis answers
-            self.call(lambda: client.time(), set_clock=True)
+            sent = time.monotonic()
+            seconds, micros = self.call(client.time)
+            self.tick(seconds, micros, sent, time.monotonic())
 
     def clock(self) -> float:
         """The fleet's time: Redis's ``TIME``, read through this process's monotonic clock."""
@@ -128,21 +130,16 @@ class Link:
         """Whether Redis may be asked now."""
         return time.monotonic() >= self.down_until
 
-    def call(self, fn: Callable[[], T], *, set_clock: bool = False) -> T:
+    def call(self, fn: Callable[[], T]) -> T:
         """``fn()`` against Redis, or :class:`_Down` (and the outage noted) if it fails."""
         if not self.up:
             raise _Down
-        sent = time.monotonic()
         try:
             result = fn()
         except Exception as exc:  # a store that fails never breaks a call
             self._failed(exc)
             raise _Down from exc
-        received = time.monotonic()
-        self._back(received)
-        if set_clock:
-            reading: Any = result
-            self.tick(reading[0], reading[1], sent, received)
+        self._back(time.monotonic())
         return result
 
     def tick(self, seconds: Any, micros: Any, sent: float, received: float) -> None:
@@ -343,15 +340,7 @@ class RedisTracker:
     # ------------------------------------------------------------------ the protocol
 
     def _healthy(self, now: float) -> bool:
-        if not self.link.up:
-            return self.fallback.healthy(now)
-        with self.lock:
-            try:
-                self._refresh()
-            except _Down:
-                self._hand_over()
-                return self.fallback.healthy(now)
-            return st.healthy(self.state, now)
+        return self.read(lambda o: st.healthy(o, now))
 
     @property
     def note_success(self) -> Callable[[float], None]:
@@ -371,14 +360,8 @@ class RedisTracker:
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
-        with self.lock:
-            if self.link.up:
-                try:
-                    self._refresh()
-                    return st.when(self.state, self.settings, now, not_before, deadline)
-                except _Down:
-                    self._hand_over()
-        return self.fallback.when(now, not_before=not_before, deadline=deadline)
+        s = self.settings
+        return self.read(lambda o: st.when(o, s, now, not_before, deadline))
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
@@ -432,14 +415,7 @@ class RedisTracker:
         )
 
     def cohort(self, now: float) -> CohortView:
-        with self.lock:
-            if self.link.up:
-                try:
-                    self._refresh()
-                    return st.cohort(self.state, now)
-                except _Down:
-                    self._hand_over()
-        return self.fallback.cohort(now)
+        return self.read(lambda o: st.cohort(o, now))
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         self._step(
@@ -456,6 +432,7 @@ class RedisTracker:
         return self._step(step, lambda f: f.update(step))
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+        """``look`` at the copy (read again if older than TRUST, or ``fresh``); every view."""
         with self.lock:
             if self.link.up:
                 try:
@@ -468,14 +445,8 @@ class RedisTracker:
         return self.fallback.read(look)
 
     def view(self, now: float) -> OriginView:
-        with self.lock:
-            if self.link.up:
-                try:
-                    self._refresh()
-                    return st.view(self.key, self.state, now)
-                except _Down:
-                    self._hand_over()
-        return self.fallback.view(now)
+        key = self.key
+        return self.read(lambda o: st.view(key, o, now))
 
 
 def redis_key(key: str, prefix: str = "smoothclient") -> str:
