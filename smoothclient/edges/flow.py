@@ -22,7 +22,7 @@ from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide
 from ..errors import RateLimited
 from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
-from ..pacing.scopes import Bound
+from ..pacing.scopes import names_new_scopes
 from ..pacing.store import Tracker
 from ..policy import RetryPolicy
 
@@ -283,7 +283,7 @@ class CallFlow:
             if result.body is not None:
                 hints = with_body_hints(hints, result.body)
             learner = tracker
-            if hints.scoped and self.rebind is not None and not isinstance(tracker, Bound):
+            if self.rebind is not None and names_new_scopes(tracker, hints):
                 learner = self.rebind(True) or tracker  # learns the scopes named
             learner.observe(result.status, hints, now, sent_at=sent_at)
             outcome = Outcome.from_status(result.status, hints)

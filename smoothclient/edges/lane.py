@@ -20,7 +20,7 @@ from ..engine.decide import ends_call
 from ..events import first_attempt_record
 from ..hints import FieldAccess, Hints, has_hints, read_fields
 from ..pacing.pacer import PacerLike
-from ..pacing.scopes import Bound
+from ..pacing.scopes import names_new_scopes
 from ..pacing.store import Tracker
 from ..policy import RetryPolicy
 from .flow import Failure, Reply
@@ -102,7 +102,7 @@ class FastLane:
 
     def learner(self, tracker: Tracker, hints: Hints, origin: str, request: object) -> Tracker:
         """The tracker to learn ``hints`` with: one that learns scopes, if they name any."""
-        if self.bind is None or isinstance(tracker, Bound) or not hints.scoped:
+        if self.bind is None or not names_new_scopes(tracker, hints):
             return tracker
         return self.bind(origin, request, True) or tracker
 

@@ -46,6 +46,7 @@ __all__ = [
     "ScopeRequest",
     "ScopeRule",
     "ScopeRules",
+    "names_new_scopes",
     "names_of",
     "remember",
     "scope_key",
@@ -532,6 +533,11 @@ class Bound:
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
         """``look`` at the origin's state."""
         return self.origin.read(look, fresh=fresh)
+
+
+def names_new_scopes(tracker: Tracker, hints: Hints) -> bool:
+    """Whether ``hints`` name scopes that ``tracker`` (an origin's alone) cannot learn."""
+    return not isinstance(tracker, Bound) and hints.scoped
 
 
 def remember(o: OriginState, route: str, names: tuple[str, ...], limit: int) -> None:
