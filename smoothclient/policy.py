@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_POLICY",
     "IDEMPOTENT_METHODS",
+    "POLICY_FIELDS",
     "RETRY_STATUSES",
     "RetryBudget",
     "RetryPolicy",
@@ -180,12 +181,15 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
+#: The names of RetryPolicy's fields (what may be given as keywords or overridden).
+POLICY_FIELDS = frozenset(f.name for f in dataclasses.fields(RetryPolicy))
+
+
 def with_fields(policy: RetryPolicy, fields: Mapping[str, Any]) -> RetryPolicy:
     """``policy`` with ``fields`` (RetryPolicy fields by name) applied and validated."""
-    known = {f.name for f in dataclasses.fields(RetryPolicy)}
-    unknown = sorted(set(fields) - known)
+    unknown = sorted(set(fields) - POLICY_FIELDS)
     if unknown:
-        msg = f"unknown arguments {unknown}: the RetryPolicy fields are {sorted(known)}"
+        msg = f"unknown arguments {unknown}: the RetryPolicy fields are {sorted(POLICY_FIELDS)}"
         raise TypeError(msg)
     return policy.replace(**fields)
 

@@ -12,20 +12,19 @@ is a module beside ``httpx_transport`` and ``requests_adapter`` built on :class:
 from __future__ import annotations
 
 import copy
-import dataclasses
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import RateLimited
-from ..events import CallEnded
+from ..events import CallEnded, CallRecord
 from ..hints import FieldAccess
 from ..hints.numbers import declared_length
 from ..pacing.pacer import Pacer, PacerLike
 from ..pacing.scopes import ScopeFn
 from ..pacing.store import Tracker
-from ..policy import DEFAULT_POLICY, RetryPolicy, overrides, with_fields
+from ..policy import DEFAULT_POLICY, POLICY_FIELDS, RetryPolicy, overrides, with_fields
 from .flow import CallFlow, Failure, Finished, Offload, Reply, drive, drive_async, in_thread
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async
 
@@ -55,8 +54,7 @@ def drainable(headers: Mapping[str, str]) -> bool:
 
 def policy_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Take the RetryPolicy fields out of ``kwargs`` (the rest stays)."""
-    known = {f.name for f in dataclasses.fields(RetryPolicy)}
-    return {name: kwargs.pop(name) for name in list(kwargs) if name in known}
+    return {name: kwargs.pop(name) for name in list(kwargs) if name in POLICY_FIELDS}
 
 
 def describe(method: str, origin: str, path: str) -> str:
@@ -233,6 +231,7 @@ class EdgeCore:
                 error=first.exception if isinstance(first, Failure) else None,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
+            exc.smoothclient = CallRecord(gave_up=str(exc)).as_dict()  # type: ignore[attr-defined]
             self._gave_up(origin, exc, {})
             raise
         return self._finished(origin, done)
@@ -269,6 +268,7 @@ class EdgeCore:
                 offload=self.offload,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
+            exc.smoothclient = CallRecord(gave_up=str(exc)).as_dict()  # type: ignore[attr-defined]
             self._gave_up(origin, exc, {})
             raise
         return self._finished(origin, done)

@@ -22,7 +22,6 @@ import httpx
 
 from ..engine.decide import ErrorKind
 from ..errors import RateLimited
-from ..events import CallRecord
 from ..hints import GENERIC, FieldAccess, wants_body
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
@@ -70,11 +69,6 @@ def _fast_access() -> FieldAccess:
 
 
 HEADER_ACCESS = _fast_access()
-
-
-def _unsent(exc: RateLimited) -> dict[str, Any]:
-    """The record of a call that gave up before its first attempt."""
-    return CallRecord(gave_up=str(exc)).as_dict()
 
 
 def _failure(exc: Exception) -> Failure | None:
@@ -226,7 +220,7 @@ class RateLimitedError(RateLimited, httpx.TransportError):
 
 def _rate_limited(exc: RateLimited, request: httpx.Request) -> RateLimitedError:
     error = RateLimitedError(str(exc), retry_after=exc.retry_after, request=request)
-    error.smoothclient = getattr(exc, "smoothclient", None) or _unsent(exc)  # type: ignore[attr-defined]
+    error.smoothclient = exc.smoothclient  # type: ignore[attr-defined]
     return error
 
 

@@ -24,7 +24,6 @@ from urllib3.util import Retry, parse_url
 
 from ..engine.decide import ErrorKind
 from ..errors import RateLimited
-from ..events import CallRecord
 from ..hints import GENERIC, FieldAccess, wants_body
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
@@ -244,7 +243,7 @@ class SmoothAdapter(Edge, HTTPAdapter):
             )
         except RateLimited as exc:
             error = RateLimitedError(str(exc), retry_after=exc.retry_after, request=request)
-            error.smoothclient = CallRecord(gave_up=str(exc)).as_dict()  # type: ignore[attr-defined]
+            error.smoothclient = exc.smoothclient  # type: ignore[attr-defined]
             raise error from exc
         response.smoothclient = record  # type: ignore[attr-defined]
         return response
