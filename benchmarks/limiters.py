@@ -204,15 +204,37 @@ async def _plain_get(client: httpx.AsyncClient, url: str) -> int:
     return (await client.get(url)).status_code
 
 
+def _tenacity_setup() -> dict[str, Any]:
+    """tenacity's arguments, the same for the sync and the async runs."""
+    import tenacity
+
+    return {
+        "wait": tenacity.wait_random_exponential(multiplier=0.5, max=WAIT_CAP),
+        "stop": tenacity.stop_after_attempt(ATTEMPTS),
+        "retry": tenacity.retry_if_result(lambda r: r.status_code in RETRY_ON),
+        "retry_error_callback": _last_result,
+    }
+
+
+def _backoff_on_status() -> Callable[[Any], Any]:
+    """backoff's decorator, the same for the sync and the async runs."""
+    import backoff
+
+    return backoff.on_predicate(
+        backoff.expo,
+        lambda r: r.status_code in RETRY_ON,
+        max_tries=ATTEMPTS,
+        jitter=backoff.full_jitter,
+        factor=0.5,
+        max_value=WAIT_CAP,
+        logger=None,
+    )
+
+
 async def _tenacity_get(client: httpx.AsyncClient, url: str) -> int:
     import tenacity
 
-    retrying = tenacity.AsyncRetrying(
-        wait=tenacity.wait_random_exponential(multiplier=0.5, max=WAIT_CAP),
-        stop=tenacity.stop_after_attempt(ATTEMPTS),
-        retry=tenacity.retry_if_result(lambda r: r.status_code in RETRY_ON),
-        retry_error_callback=_last_result,
-    )
+    retrying = tenacity.AsyncRetrying(**_tenacity_setup())
     response: httpx.Response = await retrying(client.get, url)
     return response.status_code
 
@@ -235,17 +257,7 @@ async def _stamina_get(client: httpx.AsyncClient, url: str) -> int:
 
 
 async def _backoff_get(client: httpx.AsyncClient, url: str) -> int:
-    import backoff
-
-    @backoff.on_predicate(
-        backoff.expo,
-        lambda r: r.status_code in RETRY_ON,
-        max_tries=ATTEMPTS,
-        jitter=backoff.full_jitter,
-        factor=0.5,
-        max_value=WAIT_CAP,
-        logger=None,
-    )
+    @_backoff_on_status()
     async def call() -> httpx.Response:
         return await client.get(url)
 
@@ -320,13 +332,7 @@ def _sync_httpx_get(name: str, calls: int) -> tuple[httpx.Client, Callable[[http
     def with_tenacity(c: httpx.Client) -> int:
         import tenacity
 
-        retrying = tenacity.Retrying(
-            wait=tenacity.wait_random_exponential(multiplier=0.5, max=WAIT_CAP),
-            stop=tenacity.stop_after_attempt(ATTEMPTS),
-            retry=tenacity.retry_if_result(lambda r: r.status_code in RETRY_ON),
-            retry_error_callback=_last_result,
-        )
-        return retrying(c.get, "/work").status_code
+        return tenacity.Retrying(**_tenacity_setup())(c.get, "/work").status_code
 
     def with_stamina(c: httpx.Client) -> int:
         import stamina
@@ -345,17 +351,7 @@ def _sync_httpx_get(name: str, calls: int) -> tuple[httpx.Client, Callable[[http
         return 0  # pragma: no cover
 
     def with_backoff(c: httpx.Client) -> int:
-        import backoff
-
-        @backoff.on_predicate(
-            backoff.expo,
-            lambda r: r.status_code in RETRY_ON,
-            max_tries=ATTEMPTS,
-            jitter=backoff.full_jitter,
-            factor=0.5,
-            max_value=WAIT_CAP,
-            logger=None,
-        )
+        @_backoff_on_status()
         def call() -> httpx.Response:
             return c.get("/work")
 
