@@ -218,7 +218,7 @@ class Pacer:
             return None  # the common case: nothing but the origin
         method, path = route_of(request)
         method = method.upper()
-        given = names_of(fn(ScopeRequest(method, origin, path, request))) if fn else ()
+        given = names_of(fn(ScopeRequest(method, origin, path, request))) if fn and not late else ()
         route = template(method, path)
         told = self._told(origin, route, book, fresh) if self.shared and not late else None
         if book is None:
@@ -228,9 +228,7 @@ class Pacer:
         if told:
             book.learn(route, told)
         pairs: Pairs = ()
-        if late:
-            given = ()
-        else:
+        if not late:
             learned = book.routes.peek(route) or ()
             pairs = book.pairs(given) + learned if given else learned
             if given and learned:
