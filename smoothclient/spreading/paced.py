@@ -65,9 +65,10 @@ class _SharedBucket:
     def reserve(self, now: float, *, block: bool) -> float:
         """Seconds until the caller may go; reserves the slot (unless refusing)."""
         rate, burst = self.rate, self.burst
+        interval = 1.0 / rate  # compared as Gcra keeps it (a rate need not survive 1/(1/rate))
 
         def step(state: OriginState) -> float:
-            if state.pace.rate != rate or state.pace.burst != burst:
+            if state.pace.interval != interval or state.pace.burst != burst:
                 state.pace = Gcra(rate, burst)  # first use, or the decorator's numbers changed
             return _reserve(state.pace, now, block)
 

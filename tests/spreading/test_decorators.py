@@ -283,3 +283,15 @@ def test_paced_validation() -> None:
         paced(0)
     with pytest.raises(ValueError, match="burst"):
         paced(1, burst=0.5)
+
+
+@pytest.mark.parametrize("rate", [20.0, 49.0, 99.0])
+def test_a_shared_paced_bucket_keeps_its_state_whatever_the_rate(rate: float) -> None:
+    """49 req/s is not 1/(1/49): the stored bucket must still be recognised, not remade."""
+    from smoothclient.pacing.state import Settings
+    from smoothclient.pacing.store import MemoryStore
+    from smoothclient.spreading.paced import _SharedBucket
+
+    bucket = _SharedBucket(MemoryStore(Settings()).tracker("paced:f:None"), rate, 1.0)
+    assert bucket.reserve(0.0, block=True) == 0.0
+    assert bucket.reserve(0.0, block=True) == pytest.approx(1 / rate)
