@@ -209,7 +209,6 @@ class RedisTracker:
         self.written = [-1, -1]  # what of them the key holds
         self.text = ""  # the state as the key holds it
         self.wrote_at = -math.inf  # when this process last wrote its counts (fleet clock)
-        self._stepped = [0, 0]
         self.synced = -math.inf  # when the copy was last read or written (monotonic)
         self.lock = threading.Lock()
         self.healthy: Callable[[float], bool] = self._healthy
@@ -270,21 +269,27 @@ class RedisTracker:
             try:
                 self._refresh()
                 while True:  # another process wrote first: again, on what it wrote
-                    result, done = self._try(step)
-                    if done:
+                    result, unwritten = self._try(step)
+                    if unwritten is None:
                         return result
                     if time.monotonic() - started > self.link.timeout:
                         log.debug("%s: Redis busy with others' writes", self.key)
                         if busy is not None:
                             return busy()
-                        self.mine = self._stepped  # kept here (fail open), counts and all
+                        self.mine = unwritten  # kept here (fail open), counts and all
                         self._count()
                         return result
             except _Down:
                 self._hand_over()
                 return fallback(self.fallback)
 
-    def _try(self, step: Callable[[OriginState], T]) -> tuple[T, bool]:
+    def _try(self, step: Callable[[OriginState], T]) -> tuple[T, list[int] | None]:
+        """
+        ``step`` on the copy, written if nobody wrote since.
+
+        Its result, and ``None`` when written; else the counts it would have left (the copy
+        is now what the other process wrote).
+        """
         state, mine = self.state, list(self.mine)
         before = (state.waiting, state.in_flight)
         result = step(state)
@@ -292,7 +297,7 @@ class RedisTracker:
         text = dump(state)
         now = self.link.clock()
         if text == self.text and self.mine == self.written and now - self.wrote_at < COHORT_TTL / 2:
-            return result, True  # nothing changed (a poll that found no slot): nothing to write
+            return result, None  # nothing changed (a poll that found no slot): nothing to write
         cohort = dict(self.others)
         cohort[self.me] = [max(0, self.mine[0]), max(0, self.mine[1]), now]
         ttl = int(_horizon(state, self.settings, now) * 1000)
@@ -314,11 +319,10 @@ class RedisTracker:
         if written:
             self.version, self.text, self.written = int(version), text, list(self.mine)
             self.wrote_at = now
-            return result, True
+            return result, None
         stepped, self.mine = self.mine, mine  # someone wrote first: not counted
         self._adopt(version, theirs, their_cohort, self.link.clock())
-        self._stepped = stepped  # the counts had it been written (for a step kept here)
-        return result, False
+        return result, stepped
 
     def _hand_over(self) -> None:
         """Redis failed: the fallback goes on from the last state seen (no cold start)."""
