@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 from ..engine.decide import CohortView
 from ..hints.model import Hints
 from ..policy import RetryBudget
+from . import learning
 from . import state as st
 from .codec import dump, load
 from .keys import LruMap
@@ -414,7 +415,7 @@ class RedisTracker:
     ) -> None:
         s = self.settings
         self._step(
-            lambda o: st.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
+            lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
             lambda f: f.observe(status, hints, now, sent_at=sent_at, counted=counted),
         )
 

@@ -19,6 +19,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 from ..engine.decide import CohortView
 from ..hints.model import Hints
 from ..policy import RetryBudget
+from . import learning
 from . import state as st
 from .keys import LruMap
 from .state import Admission, OriginState, OriginView, Settings
@@ -172,7 +173,7 @@ class MemoryTracker:
         counted: bool = True,
     ) -> None:
         with self.lock:
-            st.observe(
+            learning.observe(
                 self.state, self.settings, status, hints, now, sent_at=sent_at, counted=counted
             )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from smoothclient.hints import Hints
+from smoothclient.pacing import learning
 from smoothclient.pacing import state as st
 from smoothclient.pacing.codec import dump, load
 from smoothclient.pacing.state import OriginState, Settings
@@ -17,7 +18,7 @@ def busy_state() -> OriginState:
     """A state that went through quotas, throttles, a window and budgets."""
     o = OriginState()
     st.acquire(o, S, 0.0, 0.0, None)
-    st.observe(
+    learning.observe(
         o,
         S,
         200,
@@ -27,7 +28,7 @@ def busy_state() -> OriginState:
         counted=True,
     )
     for n in range(5):
-        st.observe(o, S, 429, Hints(retry_after=1.0), 0.2 + n, sent_at=0.1 + n, counted=False)
+        learning.observe(o, S, 429, Hints(retry_after=1.0), 0.2 + n, sent_at=0.1 + n, counted=False)
     o.budget(RetryBudget()).record_request(3.0)
     o.budget(RetryBudget(ratio=0.5)).try_retry(3.5)
     o.window_guesses[None] = 60.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from smoothclient import Hints, Pacer
+from smoothclient.pacing import learning
 from smoothclient.pacing import state as st
 from smoothclient.pacing.store import MemoryTracker
 from smoothclient.tools.limiters import (
@@ -137,7 +138,7 @@ def test_a_ledger_never_spends_more_than_the_server_said_is_left() -> None:
 def _spent_state() -> tuple[st.OriginState, st.Settings]:
     """A quota of 10 with a 2 s stated reset, spent at t=0 (mirrored at 5 req/s)."""
     o, s = st.OriginState(), st.Settings(probe=0)
-    st.observe(
+    learning.observe(
         o, s, 200, Hints(remaining=0, limit=10, reset_after=2.0), 0.0, sent_at=0.0, counted=False
     )
     assert o.exhausted is not None
@@ -148,12 +149,12 @@ def _spent_state() -> tuple[st.OriginState, st.Settings]:
 def test_a_success_with_most_of_the_quota_left_votes_window() -> None:
     """Sent into the spent quota, got through, 8 of 10 left 0.1 s later: a window that reset."""
     o, s = _spent_state()
-    st.observe(
+    learning.observe(
         o, s, 200, Hints(remaining=8, limit=10, reset_after=1.9), 0.1, sent_at=0.05, counted=False
     )
     assert o.evidence < 0
     p, _ = _spent_state()  # the same success leaving what a bucket refills: a bucket's vote
-    st.observe(
+    learning.observe(
         p, s, 200, Hints(remaining=0, limit=10, reset_after=1.9), 0.1, sent_at=0.05, counted=False
     )
     assert p.evidence > 0
@@ -162,13 +163,13 @@ def test_a_success_with_most_of_the_quota_left_votes_window() -> None:
 def test_requests_sent_right_after_exhaustion_are_no_evidence() -> None:
     """Within SKEW of the exhaustion another process's clock may have told the other story."""
     o, s = _spent_state()
-    st.observe(
+    learning.observe(
         o,
         s,
         200,
         Hints(remaining=0, limit=10, reset_after=1.9),
         0.1,
-        sent_at=st.SKEW / 2,
+        sent_at=learning.SKEW / 2,
         counted=False,
     )
     assert o.evidence == 0

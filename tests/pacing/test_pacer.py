@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from smoothclient import Hints, Pacer, RetryBudget
-from smoothclient.pacing.state import MAX_WINDOW_GUESSES
+from smoothclient.pacing.learning import MAX_WINDOW_GUESSES
 from smoothclient.pacing.store import MemoryTracker
 
 ORIGIN = "http://api.test:80"

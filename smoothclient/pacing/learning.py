@@ -1,0 +1,307 @@
+"""
+How responses move an origin's state, as pure functions.
+
+The limiter model, the quota mirror and the rate controller (the table in :mod:`.state`).
+
+Like :mod:`.state`, nothing here locks, sleeps or reads a clock: a store applies
+:func:`observe` atomically.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections import deque
+
+from ..hints.model import Hints
+from .state import OriginState, Settings
+
+__all__ = ["observe"]
+
+#: The delivered rate is measured over this many seconds.
+EPOCH = 1.0
+#: A young origin (seen for less than EPOCH) is cut only on this many answers, most of them
+#: throttles: a herd into a limiter, not a few unlucky requests.
+YOUNG_EVIDENCE = 10
+#: A cut after which the share of throttles stays above this fraction of what it was did not
+#: help: the throttles are noise, not a limiter.
+NOISE = 0.5
+#: ... judged on at least this many throttles since the cut.
+NOISE_EVIDENCE = 3
+#: Requests sent this soon after a quota ran out are not evidence of what it does then: the
+#: processes of a fleet read one shared state through clocks a few milliseconds apart.
+SKEW = 0.02
+#: Past the measured admitted rate, a learned rate grows by this many req/s each second.
+PROBE_GAIN = 0.3
+#: How much evidence (requests sent while the quota was spent, before its reset: admitted
+#: count +1, rejected -1, older evidence fading) makes the model a bucket or a window.
+EVIDENCE = 1.5
+#: How many quota sizes per origin keep a guessed window (for quotas that state none).
+MAX_WINDOW_GUESSES = 8
+
+
+def observe(
+    o: OriginState,
+    s: Settings,
+    status: int,
+    hints: Hints,
+    now: float,
+    *,
+    sent_at: float | None,
+    counted: bool,
+) -> None:
+    """
+    Learn from one response (every response, successes included).
+
+    ``sent_at`` (when the request went out) keeps a learned rate from being cut again by
+    throttles of requests sent before the last cut.  ``counted`` False: the request was
+    never counted in flight (a fast-lane request to a healthy origin).
+    """
+    hints = _capped(hints, s.max_gate)
+    if status < 400:
+        o.succeeded(now)
+    if counted:
+        o.in_flight = max(0, o.in_flight - 1)
+    o.known = True
+    throttled = status == 429 or (status == 503 and hints.retry_after is not None)
+    throttled = throttled or (status == 403 and hints.exhausted)
+    if hints.retry_after is not None and status >= 300 and (status != 429 or hints.origin_wide):
+        # a 503's Retry-After speaks for the whole origin (so does a 429 saying its limit is
+        # global); a 429's only for its request (the limiter model or the learned rate holds
+        # the others back as far as needed)
+        o.gate = max(o.gate, now + hints.retry_after)
+    if hints.remaining is not None and hints.unit == "requests":
+        early = o.early_sent
+        if early is not None and sent_at is not None and sent_at >= early[0]:
+            o.early_sent = None  # the answer to an early probe of a window's reset
+            lead = early[1] - early[0]  # how long before the stated reset it went
+            if status < 400:
+                o.early_lead, o.early_misses = lead, 0
+            else:
+                o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
+        else:
+            _weigh(o, status, sent_at, hints, now)
+        _quota(o, hints, now, throttled=throttled)
+    elif hints.exhausted and hints.reset_after is not None:
+        o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
+    elif throttled:
+        _throttled(o, s, now, sent_at)
+    elif o.learned:
+        _recovered(o, s, now)
+
+
+def _capped(hints: Hints, cap: float) -> Hints:
+    """
+    ``hints`` with no delay beyond ``cap``.
+
+    A buggy or hostile header (``Retry-After: 999999``, 0 left until next month) must not
+    lock every request out for longer.
+    """
+    retry_after, reset_after, window = hints.retry_after, hints.reset_after, hints.window
+    if (
+        (retry_after is None or retry_after <= cap)
+        and (reset_after is None or reset_after <= cap)
+        and (window is None or window <= cap)
+    ):
+        return hints  # the common case
+    return dataclasses.replace(
+        hints,
+        retry_after=None if retry_after is None else min(retry_after, cap),
+        reset_after=None if reset_after is None else min(reset_after, cap),
+        window=None if window is None else min(window, cap),
+    )
+
+
+def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now: float) -> None:
+    """
+    Weigh a response to a request sent while the ledger said the quota was spent.
+
+    A bucket refills continuously, so such a request often gets through before the reset; a
+    window refills only at its reset, so it is rejected.  A success that reports far more
+    left than a bucket could have refilled since (half the quota or more) met a window that
+    reset before it said it would (one aligned to the clock, say): a window's vote.  Older
+    evidence fades.
+    """
+    spent = o.exhausted
+    if spent is None or sent_at is None or not spent[0] + SKEW < sent_at < spent[1]:
+        return
+    weight = 1.0 if status < 400 else -1.0 if status == 429 else 0.0
+    interval, limit, remaining = o.pace.interval, hints.limit, hints.remaining
+    if weight > 0 and interval and limit and remaining is not None:
+        refilled = (now - spent[0]) / interval  # what a bucket at the mirrored rate got back
+        if remaining >= limit / 2 and remaining > refilled + 1:
+            weight = -1.0
+    _vote(o, weight)
+
+
+def _vote(o: OriginState, weight: float) -> None:
+    """Add evidence (> 0: a bucket, < 0: a window); older evidence fades."""
+    o.evidence = o.evidence * 0.7 + weight
+    if o.evidence >= EVIDENCE:
+        o.kind = "bucket"
+    elif o.evidence <= -EVIDENCE:
+        o.kind = "window"
+
+
+def _ledger(o: OriginState, remaining: float, reset_after: float | None, now: float) -> None:
+    """
+    Keep the ledger: what the quota still admits before its reset.
+
+    A report may lower it at any time (someone else spent some).  It raises it only when a
+    new window began (the reset passed, or moved on): a report that left the server before
+    our latest sends would otherwise give back tokens that are gone.
+    """
+    left = remaining - o.in_flight - o.waiting
+    new_window = o.reset_at is not None and (
+        now >= o.reset_at or (reset_after is not None and now + reset_after > o.reset_at + 0.001)
+    )
+    if new_window:
+        o.exhausted = None  # a spent quota's period ends with its window
+    if o.avail is None or left < o.avail or new_window:
+        o.avail = left
+    if o.reset_probe is not None and now >= o.reset_probe:
+        o.reset_probe = None  # answered: the ledger says what may go, or the next reset
+    if o.avail >= 1:
+        o.exhausted = None
+        o.reset_probe = None
+    elif reset_after is not None:  # spent since the first report that said so, until the reset
+        o.exhausted = (now if o.exhausted is None else o.exhausted[0], now + reset_after)
+
+
+def _guess_window(o: OriginState, limit: float | None, reset_after: float | None) -> float:
+    """The window of a quota of ``limit`` that states none: its longest time-to-reset."""
+    guesses = o.window_guesses
+    guess = guesses.get(limit, 0.0)
+    if reset_after is not None and reset_after > guess:
+        guess = guesses[limit] = reset_after
+        while len(guesses) > MAX_WINDOW_GUESSES:
+            del guesses[next(iter(guesses))]  # the oldest quota size seen
+    return guess
+
+
+def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None:
+    """
+    Mirror the server's quota: rate, burst and the tokens it says are left.
+
+    An exhausted quota closes the gate until its reset only on a throttled response: a
+    token bucket often reports 0 left on a success while admitting the full rate, and its
+    whole-second reset would stall a well-paced client.
+    """
+    assert hints.remaining is not None
+    pace = o.pace
+    o.learned = False
+    o.limit = hints.limit
+    available = hints.remaining - o.in_flight
+    _ledger(o, hints.remaining, hints.reset_after, now)
+    if hints.reset_after is not None:
+        o.reset_at = now + hints.reset_after
+    limit, window = hints.limit, hints.window
+    if not window:  # none stated (or a useless 0)
+        window = _guess_window(o, limit, hints.reset_after)
+    if o.kind == "window":
+        pace.rate = None  # the ledger paces a window: all it holds now, then its reset
+    elif limit and window:
+        # mirror the server's bucket: refill at limit / window (stated, or over the
+        # longest time-to-reset seen), burst up to what the server has said is left
+        pace.rate = limit / window
+        pace.burst = max(1.0, min(limit, max(pace.burst, hints.remaining)))
+    elif hints.remaining < 1 and o.reset_at is not None:
+        pace.rate = 1.0 / max(o.reset_at - now, 0.001)
+        pace.burst = 1.0
+    else:
+        pace.rate = None
+    if throttled and hints.remaining <= 0 and hints.reset_after is not None and o.kind == "bucket":
+        # a bucket that throttled: nothing before its reset (a window's ledger waits for its
+        # own, and probes it; an unknown limiter is paced into the spent quota to tell which)
+        o.gate = max(o.gate, now + hints.reset_after)
+    if pace.interval:
+        tokens = available - o.waiting
+        # Responses overtake each other: one that left the server before our latest sends
+        # reports tokens that are gone, and trusting it releases a burst that earns 429s.
+        # So a report may always slow us down, but speeds us up only when it gives far
+        # more than our own accounting (half the burst: a window reset, a refill we did
+        # not model), never by the few tokens an overtaken response is off by.
+        if tokens - pace.tokens(now) > pace.burst / 2:
+            pace.set_tokens(now, tokens)
+        else:
+            pace.tat = max(pace.tat, now + (pace.burst - tokens) * pace.interval)
+
+
+def _recent(times: deque[float], since: float) -> int:
+    """How many of ``times`` (ascending) are at or after ``since``."""
+    return len(times) - bisect.bisect_left(times, since)
+
+
+def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
+    """
+    The rate controller for limiters that say nothing but 429: AIMD on the delivered rate.
+
+    A throttle (at most one cut per request sent after the last cut, as TCP cuts once per
+    round trip) sets the rate to what got through in the last :data:`EPOCH`: above a limiter's
+    rate exactly its rate, so one cut lands on it; for N clients sharing nothing, each one's
+    share, which is its rate times (admitted / sum of rates): a multiplicative decrease by the
+    same measured factor for all.  Between throttles the rate grows: multiplicatively until
+    it reaches the last measured admitted rate (a slow start; the first measurement, taken
+    during the first burst, is no ceiling), then additively by :data:`PROBE_GAIN` per second.
+    Additive increase with multiplicative decrease is the law that converges N senders to
+    fair shares without starving any (Chiu and Jain, 1989), and measuring the decrease keeps
+    one sender at 90-100% of the admitted rate.
+
+    Throttles that do not follow the rate (a flaky proxy answering a share of requests 429
+    whatever the rate) must not drive it down without limit: a cut after which the share of
+    throttles did not fall is undone, and throttles are then ignored for a while.
+    """
+    pace = o.pace
+    o.last_throttle = now
+    o.throttles.append(now)
+    if o.throttles[0] < now - EPOCH:
+        o.throttles.popleft()
+    if now < o.noise_until or (sent_at is not None and sent_at <= o.last_cut):
+        return
+    since = now - EPOCH
+    delivered, throttled = _recent(o.successes, since), _recent(o.throttles, since)
+    share = throttled / (throttled + delivered)
+    if now - o.first_seen < EPOCH and (share < 0.5 or throttled + delivered < YOUNG_EVIDENCE):
+        return  # young, and few answers or most got through: too little to tell a limiter by
+    if o.learned and now - o.last_cut < EPOCH / 4:
+        return  # the last cut has not shown its effect yet
+    cut = o.cut
+    if cut is not None and now - cut[0] >= EPOCH / 2 and (pace.rate or 0) <= 1.25 * cut[3]:
+        # still sending near the rate it cut to: did the cut lower the share of throttles?
+        after = cut[0] + 1e-9
+        late = _recent(o.throttles, after)
+        if late >= NOISE_EVIDENCE and late >= NOISE * cut[2] * (late + _recent(o.successes, after)):
+            pace.rate = cut[1]  # no: they do not follow the rate (noise); undo the cut
+            o.cut = None
+            o.noise_until = now + 10 * EPOCH
+            return
+    if not delivered and not o.learned:
+        return  # no evidence of any admitted rate yet: leave it to jittered backoff
+    before = pace.rate
+    # over a whole EPOCH even on a young origin: what a first burst got through is no rate
+    # (counted over less time, a burst of 5 read as 20 req/s and earned a storm of 429s)
+    rate = max(s.learned_floor, delivered / EPOCH if delivered else (before or 1.0) * 0.5)
+    if before is not None and o.learned:
+        rate = min(rate, before)
+    o.ceiling = rate if o.learned else math.inf
+    if cut is not None and now - cut[0] < 3 * EPOCH:
+        before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
+    o.cut = (now, before, share, rate)
+    o.last_cut = now
+    o.learned = True
+    pace.rate = rate
+    pace.burst = 1.0
+    pace.tat = max(pace.tat, now)
+
+
+def _recovered(o: OriginState, s: Settings, now: float) -> None:
+    pace = o.pace
+    if now - o.last_throttle > s.quiet:
+        o.learned = False
+        pace.rate = None
+        o.cut = None
+    elif pace.rate is not None:
+        # per success: below the measured admitted rate about x1.5 a second (half a
+        # request per success), above it PROBE_GAIN req/s a second
+        pace.rate += 0.5 if pace.rate < o.ceiling else PROBE_GAIN / pace.rate
