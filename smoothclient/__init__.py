@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .spreading.paced import paced
     from .spreading.poisson import PoissonScheduler, TimeWindow
     from .spreading.reconciler import Reconciler
-    from .spreading.retry import retry
+    from .spreading.retry import retry, retry_context
     from .spreading.spread import spread
 
 #: Every public name: the module it lives in (under ``smoothclient.``) and the extra it needs.
@@ -70,6 +70,7 @@ PUBLIC: dict[str, tuple[str, str | None]] = {
     "read_hints": ("hints", None),
     "record_of": ("events", None),
     "retry": ("spreading.retry", None),
+    "retry_context": ("spreading.retry", None),
     "spread": ("spreading.spread", None),
 }
 #: Public submodules, imported on first use.
@@ -117,6 +118,7 @@ __all__ = [
     "read_hints",
     "record_of",
     "retry",
+    "retry_context",
     "spread",
     "testing",
     "window",

@@ -41,19 +41,25 @@ class CallEnded:
     """
     Given to the ``on_success`` or ``on_give_up`` hook when a logical call ends.
 
-    ``on_success``: a response below 400; ``on_give_up``: anything else (an error status
-    returned, an exception raised, a call not sent).
+    ``on_success``: a response below 400 (or, for ``@retry``, a value returned); ``on_give_up``:
+    anything else (an error status returned, an exception raised, a call not sent, a result
+    still unwanted when retries ran out).  ``origin`` is the request's origin, or the
+    decorated function's name for ``@retry``.
     """
 
     origin: str
-    record: dict[str, Any]
+    record: CallRecord
     status: int | None = None
     exception: BaseException | None = None
 
     @property
     def succeeded(self) -> bool:
-        """Whether the call ended with a response below 400."""
-        return self.exception is None and self.status is not None and self.status < 400
+        """Whether the call succeeded (the ``on_success`` hook's case)."""
+        return (
+            self.exception is None
+            and self.record.gave_up is None
+            and (self.status is None or self.status < 400)
+        )
 
 
 @dataclass(frozen=True, slots=True)

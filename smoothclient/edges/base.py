@@ -231,8 +231,9 @@ class EdgeCore:
                 error=first.exception if isinstance(first, Failure) else None,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
-            exc.smoothclient = CallRecord(gave_up=str(exc)).as_dict()  # type: ignore[attr-defined]
-            self._gave_up(origin, exc, {})
+            unsent = CallRecord(gave_up=str(exc))
+            exc.smoothclient = unsent.as_dict()  # type: ignore[attr-defined]
+            self._gave_up(origin, exc, unsent)
             raise
         return self._finished(origin, done)
 
@@ -268,8 +269,9 @@ class EdgeCore:
                 offload=self.offload,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
-            exc.smoothclient = CallRecord(gave_up=str(exc)).as_dict()  # type: ignore[attr-defined]
-            self._gave_up(origin, exc, {})
+            unsent = CallRecord(gave_up=str(exc))
+            exc.smoothclient = unsent.as_dict()  # type: ignore[attr-defined]
+            self._gave_up(origin, exc, unsent)
             raise
         return self._finished(origin, done)
 
@@ -277,9 +279,8 @@ class EdgeCore:
         """A call ended with ``response``: the success or give-up hook, then the result."""
         policy = self.policy
         if policy.on_success is not None or policy.on_give_up is not None:
-            status: int = response.status_code
-            ended = CallEnded(origin, record, status)
-            hook = policy.on_success if status < 400 else policy.on_give_up
+            ended = CallEnded(origin, CallRecord.from_dict(record), response.status_code)
+            hook = policy.on_success if ended.succeeded else policy.on_give_up
             if hook is not None:
                 hook(ended)
         return response, record
@@ -288,13 +289,13 @@ class EdgeCore:
         """A call ended in the flow: its response, or its error raised (the hooks told)."""
         record = done.record.as_dict()
         if done.error is not None:
-            self._gave_up(origin, done.error, record)
+            self._gave_up(origin, done.error, done.record.freeze())
         return self._ended(origin, done.unwrap(), record)
 
-    def _gave_up(self, origin: str, error: BaseException, record: dict[str, Any]) -> None:
+    def _gave_up(self, origin: str, error: BaseException, record: CallRecord) -> None:
         hook = self.policy.on_give_up
         if hook is not None:
-            hook(CallEnded(origin, record or {"attempts": 0}, exception=error))
+            hook(CallEnded(origin, record, exception=error))
 
 
 def _binder(

@@ -1,7 +1,8 @@
 """
 ``@retry``: the transports' policy, backoff, deadline and budget for any function.
 
-Sync or async functions and methods alike.
+Sync or async functions and methods alike; :func:`retry_context` gives the same loop to a
+block of code that is not a function (``for attempt in retry_context(...): with attempt:``).
 
 The loop asks the engine (:func:`~smoothclient.engine.decide.decide`) what to do after each
 failure, exactly as the HTTP edges do; there is nothing to pace, so no pacer is involved.
@@ -14,8 +15,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, TypeVar
 
 import wrapt
@@ -23,13 +25,13 @@ import wrapt
 from .. import testing
 from ..edges.flow import announce
 from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide
-from ..events import RecordBuilder
+from ..events import CallEnded, RecordBuilder
 from ..hints.model import Hints
 from ..pacing.budget import BudgetCounts
 from ..policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
 from ._aio import async_sleep
 
-__all__ = ["retry"]
+__all__ = ["Attempt", "RetryContext", "retry", "retry_context"]
 
 log = logging.getLogger("smoothclient")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -154,11 +156,32 @@ class _Run:
         self.record.waits.append(decision.delay)
         return 0.0 if self.no_wait else decision.delay
 
+    def succeeded(self) -> None:
+        """The call returned: the ``on_success`` hook."""
+        hook = self.policy.on_success
+        if hook is not None:
+            hook(CallEnded(self.name, self.record.freeze()))
+
+    def gave_up(self, exc: Exception) -> None:
+        """The call ends with ``exc`` (or the result it carries): the record and the hook."""
+        error = None if isinstance(exc, _RetryResult) else exc
+        if error is not None:
+            self.record.attach_to(error)
+        hook = self.policy.on_give_up
+        if hook is not None:
+            hook(CallEnded(self.name, self.record.freeze(), exception=error))
+
     def give_up(self, exc: Exception) -> Any:
         """The last result (a result that asked for a retry), or the last error raised."""
+        self.gave_up(exc)
         if isinstance(exc, _RetryResult):
             return exc.result
-        raise self.record.attach_to(exc)
+        raise exc
+
+    def returned(self, result: Any) -> Any:
+        """``result``, the call's value: the ``on_success`` hook first."""
+        self.succeeded()
+        return result
 
 
 def retry(
@@ -191,11 +214,9 @@ def retry(
 
     When retries run out the last exception is re-raised, or the last result returned.
     """
-    base = policy or DEFAULT_POLICY
-    effective = base.replace(**policy_changes) if policy_changes else base
+    effective = _policy(policy, policy_changes)
     failure_of = _error_classifier(on)
     generator = rng or random.Random()
-
     budget = None if effective.budget is None else _Budget(effective.budget)
 
     def decorate(fn: F) -> F:
@@ -221,7 +242,7 @@ def retry(
                 while True:
                     state.attempt()
                     try:
-                        return checked(await wrapped(*args, **kwargs))
+                        return state.returned(checked(await wrapped(*args, **kwargs)))
                     except Exception as exc:
                         delay = state.failed(exc)
                         if delay is None:
@@ -238,7 +259,7 @@ def retry(
             while True:
                 state.attempt()
                 try:
-                    return checked(wrapped(*args, **kwargs))
+                    return state.returned(checked(wrapped(*args, **kwargs)))
                 except Exception as exc:
                     delay = state.failed(exc)
                     if delay is None:
@@ -260,3 +281,155 @@ def _check_decoratable(fn: Any) -> None:
         kind = type(fn).__name__
         msg = f"put @retry below @{kind}, not above it (it must wrap the function itself)"
         raise TypeError(msg)
+
+
+def _policy(policy: RetryPolicy | None, changes: dict[str, Any]) -> RetryPolicy:
+    """``policy`` (default ``DEFAULT_POLICY``) with ``changes`` to its fields."""
+    if policy is not None and not isinstance(policy, RetryPolicy):
+        msg = f"policy must be a RetryPolicy, not {type(policy).__name__}"
+        raise TypeError(msg)
+    base = policy or DEFAULT_POLICY
+    return base.replace(**changes) if changes else base
+
+
+class Attempt:
+    """
+    One attempt of a :func:`retry_context` block: run it as ``with attempt:``.
+
+    An exception the block retries is swallowed by the ``with``, and the loop waits before the
+    next attempt; any other, or the last, propagates (with the call record noted on it).
+    """
+
+    __slots__ = ("_run", "delay", "number", "raised")
+
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self.number: int = run.record.attempts  #: 1 for the first attempt
+        self.delay: float | None = None  #: the wait before the next attempt, once this failed
+        self.raised = False  #: whether the block raised
+
+    def __repr__(self) -> str:
+        """Show the attempt's number."""
+        return f"<Attempt {self.number}>"
+
+    def __enter__(self) -> Attempt:
+        """Start the attempt."""
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        """Swallow an exception that will be retried; let any other one go on."""
+        self.raised = exc is not None
+        if exc is None or not isinstance(exc, Exception):
+            return False  # success, or KeyboardInterrupt and the like: never retried
+        self.delay = self._run.failed(exc)
+        if self.delay is None:
+            self._run.gave_up(exc)
+            return False
+        return True
+
+
+class RetryContext:
+    """
+    The retry loop of :func:`retry_context`: iterate it (``for`` or ``async for``).
+
+    Each iteration runs the loop afresh: one object can guard a block that runs many times.
+    """
+
+    def __init__(
+        self,
+        on: OnError,
+        policy: RetryPolicy,
+        idempotent: bool,
+        rng: random.Random,
+        sleep: Callable[[float], Any] | None,
+        clock: Callable[[], float],
+        name: str,
+    ) -> None:
+        self.policy = policy
+        self._failure_of = _error_classifier(on)
+        self._idempotent, self._rng, self._sleep, self._clock = idempotent, rng, sleep, clock
+        self._name = name
+        self._budget = None if policy.budget is None else _Budget(policy.budget)
+
+    def _start(self) -> _Run:
+        return _Run(
+            self.policy,
+            self._name,
+            self._idempotent,
+            self._rng,
+            self._clock,
+            self._budget,
+            self._failure_of,
+        )
+
+    def __iter__(self) -> Iterator[Attempt]:
+        """The attempts, waiting (with a sync sleep) between them."""
+        run = self._start()
+        wait = self._sleep or time.sleep
+        while True:
+            run.attempt()
+            attempt = Attempt(run)
+            yield attempt
+            if attempt.delay is None:  # the block ran through (or raised what ends the call)
+                if not attempt.raised:
+                    run.succeeded()
+                return
+            wait(attempt.delay)
+
+    async def __aiter__(self) -> AsyncIterator[Attempt]:
+        """The attempts, waiting (with an async sleep) between them."""
+        run = self._start()
+        while True:
+            run.attempt()
+            attempt = Attempt(run)
+            yield attempt
+            if attempt.delay is None:
+                if not attempt.raised:
+                    run.succeeded()
+                return
+            paused = (self._sleep or async_sleep)(attempt.delay)
+            if inspect.isawaitable(paused):
+                await paused
+
+
+def retry_context(
+    on: OnError = Exception,
+    *,
+    policy: RetryPolicy | None = None,
+    idempotent: bool = True,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    name: str = "retry_context",
+    **policy_changes: Any,
+) -> RetryContext:
+    """
+    ``@retry``'s loop for a block of code that is not a function.
+
+    ::
+
+        for attempt in retry_context(on=httpx.HTTPError, attempts=5):
+            with attempt:
+                sync_the_catalogue()
+
+    (``async for`` in async code.)  The arguments are :func:`retry`'s (but ``on_result``: a
+    block returns nothing); ``name`` is what the log lines and hooks call the block.  An
+    exception ``on`` retries is swallowed by ``with attempt:`` and the loop waits before the
+    next attempt; when retries run out it propagates, with the call record noted on it
+    (:func:`~smoothclient.record_of`).  The ``on_success`` / ``on_give_up`` hooks of the
+    policy are called as for a decorated function.
+    """
+    return RetryContext(
+        on,
+        _policy(policy, policy_changes),
+        idempotent,
+        rng or random.Random(),
+        sleep,
+        clock,
+        name,
+    )

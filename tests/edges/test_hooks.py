@@ -53,7 +53,7 @@ def test_a_success_on_the_fast_lane_and_after_a_retry(clock: FakeClock) -> None:
     assert client.get(URL).status_code == 200
     assert client.get(URL).status_code == 201
     assert [kind for kind, _ in seen] == ["success", "success"]
-    assert seen[1][1].record["attempts"] == 2
+    assert seen[1][1].record.attempts == 2
     assert seen[1][1].succeeded
     assert seen[1][1].origin == ORIGIN
 
@@ -69,7 +69,7 @@ def test_give_ups_an_error_status_an_exception_and_a_call_not_sent(clock: FakeCl
     assert [kind for kind, _ in seen] == ["give-up"] * 3
     assert [e.status for _, e in seen] == [404, 503, None]
     assert isinstance(seen[2][1].exception, httpx.ConnectError)
-    assert seen[2][1].record["attempts"] == 2
+    assert seen[2][1].record.attempts == 2
     assert not seen[2][1].succeeded
 
     pacer = Pacer(clock=clock, probe=0)
@@ -78,7 +78,10 @@ def test_give_ups_an_error_status_an_exception_and_a_call_not_sent(clock: FakeCl
     with pytest.raises(httpx.HTTPError):
         closed.get(URL)
     assert [kind for kind, _ in told] == ["give-up"]
-    assert told[0][1].record == {"attempts": 0}
+    record = told[0][1].record
+    assert record.attempts == 0
+    assert record.gave_up is not None
+    assert "admits no request for 100 s" in record.gave_up
 
 
 def test_hooks_on_the_async_edge(clock: FakeClock) -> None:
