@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from .spreading.reconciler import Reconciler
     from .spreading.retry import retry, retry_context
     from .spreading.spread import spread
+    from .telemetry.otel import OpenTelemetryHooks
+    from .telemetry.prometheus import PrometheusHooks
 
 #: Every public name: the module it lives in (under ``smoothclient.``) and the extra it needs.
 PUBLIC: dict[str, tuple[str, str | None]] = {
@@ -44,8 +46,10 @@ PUBLIC: dict[str, tuple[str, str | None]] = {
     "Hints": ("hints", None),
     "InfeasibleWindow": ("errors", None),
     "JitteredTTLCache": ("cache", None),
+    "OpenTelemetryHooks": ("telemetry.otel", "otel"),
     "Pacer": ("pacing.pacer", None),
     "PoissonScheduler": ("spreading.poisson", None),
+    "PrometheusHooks": ("telemetry.prometheus", "prometheus"),
     "Quota": ("hints", None),
     "RateLimited": ("errors", None),
     "Reconciler": ("spreading.reconciler", None),
@@ -79,6 +83,8 @@ SUBMODULES = ("testing", "window")
 _EXTRA_PACKAGES = {
     "httpx": frozenset({"httpx", "httpcore", "anyio"}),
     "requests": frozenset({"requests", "urllib3"}),
+    "prometheus": frozenset({"prometheus_client"}),
+    "otel": frozenset({"opentelemetry"}),
 }
 
 #: Spelled out for type checkers; a test holds it to :data:`PUBLIC`.
@@ -91,8 +97,10 @@ __all__ = [
     "Hints",
     "InfeasibleWindow",
     "JitteredTTLCache",
+    "OpenTelemetryHooks",
     "Pacer",
     "PoissonScheduler",
+    "PrometheusHooks",
     "Quota",
     "RateLimited",
     "Reconciler",

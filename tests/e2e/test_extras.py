@@ -21,7 +21,10 @@ import pytest
 ROOT = Path(__file__).parents[2]
 PROBE = """
 import smoothclient
-for name in ("SmoothTransport", "AsyncSmoothTransport", "SmoothAdapter"):
+for name in (
+    "SmoothTransport", "AsyncSmoothTransport", "SmoothAdapter", "PrometheusHooks",
+    "OpenTelemetryHooks",
+):
     try:
         getattr(smoothclient, name)
         print(name, "ok")
@@ -60,6 +63,8 @@ def test_no_extras_every_name_says_which_extra(bare: Path) -> None:
     assert "smoothclient[requests]" in out
     assert "redis -> a Redis storage needs redis-py: pip install 'smoothclient[redis]'" in out
     assert "pacer <Pacer origins=0>" in out
+    assert "PrometheusHooks needs prometheus: pip install 'smoothclient[prometheus]'" in out
+    assert "OpenTelemetryHooks needs otel: pip install 'smoothclient[otel]'" in out
 
 
 def test_the_cli_says_which_extra_the_demo_needs(bare: Path) -> None:

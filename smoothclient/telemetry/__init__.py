@@ -1,0 +1,77 @@
+"""
+Adapters from the policy's hooks to metrics and tracing systems.
+
+Each adapter is a :class:`Hooks`: three methods, one per hook of
+:class:`~smoothclient.RetryPolicy` (``on_retry``, ``on_success``, ``on_give_up``), and
+:meth:`Hooks.apply` to put them on a policy (after the hooks it already has, which still
+run).  A new adapter goes in a module of this package of its own, importing its library there
+only (each is an extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..events import CallEnded, RetryEvent
+from ..policy import DEFAULT_POLICY, RetryPolicy
+
+__all__ = ["Hooks", "outcome_of"]
+
+E = TypeVar("E")
+
+
+def outcome_of(ended: CallEnded) -> str:
+    """
+    How a call ended, as a small fixed set (a metric label).
+
+    ``"success"``; ``"status"`` (an error status returned); ``"error"`` (an exception after
+    sending); ``"unsent"`` (given up before the first attempt).
+    """
+    if ended.succeeded:
+        return "success"
+    if ended.record.attempts == 0:
+        return "unsent"
+    return "error" if ended.exception is not None else "status"
+
+
+def _both(first: Callable[[E], Any] | None, then: Callable[[E], Any]) -> Callable[[E], Any]:
+    """A hook calling ``first`` (if any), then ``then``."""
+    if first is None:
+        return then
+
+    def hook(event: E) -> None:
+        first(event)
+        then(event)
+
+    return hook
+
+
+class Hooks:
+    """The base of the adapters: hooks that do nothing until a subclass says what."""
+
+    def on_retry(self, event: RetryEvent) -> None:
+        """Before each wait for a retry."""
+
+    def on_success(self, ended: CallEnded) -> None:
+        """When a call ends with a success."""
+
+    def on_give_up(self, ended: CallEnded) -> None:
+        """When a call ends any other way."""
+
+    def apply(self, policy: RetryPolicy | None = None) -> RetryPolicy:
+        """
+        ``policy`` (default ``DEFAULT_POLICY``) with these hooks added.
+
+        The hooks it had run first, then these: adapters stack
+        (``b.apply(a.apply(policy))``).
+        """
+        base = policy or DEFAULT_POLICY
+        if not isinstance(base, RetryPolicy):
+            msg = f"policy must be a RetryPolicy, not {type(base).__name__}"
+            raise TypeError(msg)
+        return base.replace(
+            on_retry=_both(base.on_retry, self.on_retry),
+            on_success=_both(base.on_success, self.on_success),
+            on_give_up=_both(base.on_give_up, self.on_give_up),
+        )
