@@ -12,10 +12,10 @@ COVERAGE_FLOOR := 93
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# the demo needs only httpx: a fresh clone runs it without the dev toolchain
+# the demo needs only httpx: a fresh clone runs it without the dev toolchain (and with the
+# venv's own pip: any pip since 21.3 installs this project editable)
 $(DEMO_STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[httpx]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[httpx]'
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(BIN)/python pyproject.toml

@@ -138,8 +138,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return 2
     else:
         print(
-            f"{herd}, {args.style} headers).\nFirst a typical retry setup (exponential backoff, "
-            "sleeping exactly Retry-After), then smoothclient...\n",
+            f"{herd}, {args.style} headers).\nA typical retry setup (exponential backoff, "
+            "sleeping exactly Retry-After) and smoothclient, each against a server of its "
+            "own...\n",
             flush=True,
         )
         runs = demo.run_demo(
