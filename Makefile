@@ -9,18 +9,24 @@ COVERAGE_FLOOR := 93
 
 .PHONY: demo test test-fast lint typecheck pytest bench fuzz clean
 
+# The venv gets no pip of its own (ensurepip takes seconds) when the system's pip can install
+# into it (pip >= 22.3: --python); otherwise it gets its own.
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1 || $(BIN)/python -m ensurepip -q
 
-# the demo needs only httpx: a fresh clone runs it without the dev toolchain (and with the
-# venv's own pip: any pip since 21.3 installs this project editable)
+# expanded when a recipe runs, so after the venv exists
+PIP = $(shell $(PYTHON) -m pip --python $(BIN)/python --version >/dev/null 2>&1 \
+	&& echo '$(PYTHON) -m pip --python $(BIN)/python' || echo '$(BIN)/python -m pip') \
+	--disable-pip-version-check
+
+# the demo needs only httpx: a fresh clone runs it without the dev toolchain
 $(DEMO_STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[httpx]'
+	$(PIP) install -q -e '.[httpx]'
 	touch $(DEMO_STAMP)
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev,all]'
+	$(PIP) install -q -e '.[dev,all]'
 	touch $(STAMP) $(DEMO_STAMP)
 
 demo: $(DEMO_STAMP)
@@ -48,7 +54,7 @@ fuzz: $(STAMP)
 	SMOOTHCLIENT_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/edges/test_fuzz.py
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[dev,all,bench]'
+	$(PIP) install -q -e '.[dev,all,bench]'
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
