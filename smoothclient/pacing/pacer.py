@@ -209,8 +209,10 @@ class Pacer:
         scopes or a scope function applies.  ``scope`` overrides the pacer's function.
         ``late``: the request was admitted by its origin alone and a response named scopes: a
         tracker over the origin alone that learns them (never ``None``).  ``fresh``: with a
-        shared store, what other processes learned of the route is read now (a request about
-        to wait for its slot), not from a copy trusted for a moment (the fast lane's).
+        shared store, what other processes learned of the route is looked up even when this
+        process has no copy of the origin's state yet (a request about to wait for its slot),
+        in a copy at most the store's trust period old; else only in a copy it has (the fast
+        lane's).
         """
         fn = scope if scope is not None else self.scope
         book = self._books.peek(origin)
@@ -254,7 +256,7 @@ class Pacer:
         tracker = self._store.tracker(origin) if fresh else self._store.peek(origin)
         if tracker is None:
             return None
-        return tracker.read(lambda o: o.routes.get(route) if o.routes else None, fresh=fresh)
+        return tracker.read(lambda o: o.routes.get(route) if o.routes else None)
 
     def _scope_tracker(self, origin: str, scope: str) -> Tracker:
         return self._store.tracker(scope_key(origin, scope))

@@ -19,15 +19,17 @@ atomic across the fleet.
 - **Cohort counts** (waiting, in flight) are kept per process with the time each process
   last wrote them; counts older than :data:`COHORT_TTL` are dropped, so a crashed process's
   counts fade.  Sending, cancelling and failing change only this process's counts, written
-  with its next step: a paced request costs two round trips (its slot, its answer).
+  with its next step: a paced request costs one round trip before it is sent (its slot: a
+  write that checks the version, which needs no read first when nobody else wrote) and one
+  after (its answer).
 - **Healthy origins cost nothing**: the fast lane trusts this process's copy for
   :data:`TRUST` seconds before it reads the key again.
 - **Faults fail open**: Redis down, slow (over ``timeout``) or erroring, and the store falls
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.
 
-Sync edges call it directly (each step bounded by ``timeout``); async edges call the same
-steps, so a step may hold their event loop for up to ``timeout``.
+Sync edges call it directly (each step bounded by ``timeout``); async edges take the same
+steps in worker threads (``Pacer.shared``), so a step never holds their event loop.
 """
 
 from __future__ import annotations
@@ -224,15 +226,25 @@ class RedisTracker:
             entries = json.loads(cohort) if cohort else {}
         except ValueError:
             entries = {}
+        if not isinstance(entries, dict):
+            entries = {}
         self.others = {
             who: entry
             for who, entry in entries.items()
             if who != self.me
             and isinstance(entry, list)
             and len(entry) == 3
-            and entry[2] > now - COHORT_TTL
+            and all(isinstance(n, int | float) and math.isfinite(n) for n in entry)
         }
-        self._count()
+        self._fade(now, force=True)
+
+    def _fade(self, now: float, *, force: bool = False) -> None:
+        """Drop the counts of processes silent for :data:`COHORT_TTL` (crashed, say)."""
+        old = [who for who, entry in self.others.items() if entry[2] <= now - COHORT_TTL]
+        for who in old:
+            del self.others[who]
+        if old or force:
+            self._count()
 
     def _count(self) -> None:
         self.state.waiting = max(0, self.mine[0]) + int(sum(e[0] for e in self.others.values()))
@@ -268,7 +280,6 @@ class RedisTracker:
                 return fallback(self.fallback)
             started = time.monotonic()
             try:
-                self._refresh()
                 while True:  # another process wrote first: again, on what it wrote
                     result, unwritten = self._try(step)
                     if unwritten is None:
@@ -288,9 +299,14 @@ class RedisTracker:
         """
         ``step`` on the copy, written if nobody wrote since.
 
-        Its result, and ``None`` when written; else the counts it would have left (the copy
-        is now what the other process wrote).
+        Its result, and ``None`` when written (or when nothing changed on a copy trusted still);
+        else the counts it would have left (the copy is now what is in Redis: try again).
+
+        A step that changes the state is written at once, however old the copy: the write
+        checks the version, so it succeeds only if the copy was current, and a paced slot
+        costs one round trip.  A step that changes nothing on an old copy reads the key.
         """
+        self._fade(self.link.clock())
         state, mine = self.state, list(self.mine)
         before = (state.waiting, state.in_flight)
         result = step(state)
@@ -298,7 +314,11 @@ class RedisTracker:
         text = dump(state)
         now = self.link.clock()
         if text == self.text and self.mine == self.written and now - self.wrote_at < COHORT_TTL / 2:
-            return result, None  # nothing changed (a poll that found no slot): nothing to write
+            if time.monotonic() - self.synced <= TRUST:
+                return result, None  # nothing changed (a poll that found no slot): no write
+            stepped, self.mine = self.mine, mine
+            self._refresh()  # an old copy: what does Redis hold now?
+            return result, stepped
         cohort = dict(self.others)
         cohort[self.me] = [max(0, self.mine[0]), max(0, self.mine[1]), now]
         ttl = int(_horizon(state, self.settings, now) * 1000)

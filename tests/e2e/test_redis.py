@@ -131,6 +131,20 @@ def test_a_crashed_process_counts_fade(
     assert b.view(ORIGIN).waiting == 0
 
 
+@pytest.mark.parametrize(
+    "cohort", ["[1, 2]", '{"x": [1, "2", 3]}', '{"x": [1, 2, NaN]}', '{"x": 5}', "not json"]
+)
+def test_a_garbled_cohort_in_redis_is_ignored(server: RedisServer, cohort: str) -> None:
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    tracker.observe(200, Hints(), pacer.clock(), counted=False)
+    redis.Redis.from_url(server.url).hset(redis_store.redis_key(ORIGIN), "c", cohort)
+    (other,) = fleet(server, 1)
+    assert other.view(ORIGIN).waiting == 0
+    other.track(ORIGIN).acquire(other.clock())
+    assert other.view(ORIGIN).waiting == 1
+
+
 def test_redis_down_fails_open_and_comes_back(
     server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
