@@ -29,9 +29,9 @@ ORIGINS = iter(f"https://api{n}.test:443" for n in range(10**6))  # a fresh one 
 
 def healthy_us(pacer: smoothclient.Pacer, n: int) -> float:
     origin = next(ORIGINS)
-    tracker = pacer.track(origin)
+    tracker = pacer._track(origin)
     tracker.observe(200, Hints(), pacer.clock(), counted=False)
-    peek, clock = pacer.peek, pacer.clock
+    peek, clock = pacer._peek, pacer.clock
     started = time.perf_counter()
     for _ in range(n):
         now = clock()
@@ -44,7 +44,7 @@ def healthy_us(pacer: smoothclient.Pacer, n: int) -> float:
 
 def paced_steps(pacer: smoothclient.Pacer, n: int, rate: float) -> list[float]:
     """Seconds per step (a slot, then an answer) on an origin paced at ``rate`` req/s."""
-    tracker = pacer.track(next(ORIGINS))
+    tracker = pacer._track(next(ORIGINS))
     quota = Hints(remaining=1e9, limit=rate, window=1.0)
     tracker.observe(200, quota, pacer.clock(), counted=False)
     steps: list[float] = []

@@ -108,9 +108,8 @@ class EdgeCore:
         if fields:
             policy = with_fields(policy or DEFAULT_POLICY, fields)
         if pacer is not None and not isinstance(pacer, PacerLike):
-            msg = (
-                f"pacer must be a Pacer (or have clock, track and peek), not {type(pacer).__name__}"
-            )
+            kind = type(pacer).__name__
+            msg = f"pacer must be a Pacer (or have clock, _track and _peek), not {kind}"
             raise TypeError(msg)
         self.policy: RetryPolicy = policy or DEFAULT_POLICY
         self.pacer: PacerLike = pacer or Pacer()
@@ -177,7 +176,7 @@ class EdgeCore:
             None if bind is None else lambda late: bind(origin, request, late, True)
         )
         if tracker is None:
-            tracker = (rebind and rebind(False)) or self.pacer.track(origin)
+            tracker = (rebind and rebind(False)) or self.pacer._track(origin)
         return CallFlow(
             self.policy,
             tracker,
@@ -302,7 +301,7 @@ def _binder(
     pacer: PacerLike, route_of: Callable[[Any], tuple[str, str]] | None, scope: object
 ) -> Binder | None:
     """How requests are bound to scopes: ``None`` when the pacer has no scopes."""
-    if getattr(pacer, "bind", None) is None or route_of is None:
+    if getattr(pacer, "_bind", None) is None or route_of is None:
         return None
     return _Bind(pacer, route_of, scope)  # type: ignore[arg-type]
 
@@ -328,7 +327,7 @@ class _Bind:
     def __call__(
         self, origin: str, request: object, late: bool, fresh: bool = False
     ) -> Tracker | None:
-        return self.pacer.bind(
+        return self.pacer._bind(
             origin, request, self.route_of, scope=self.scope, late=late, fresh=fresh
         )
 

@@ -90,10 +90,10 @@ class FastLane:
         bound = None if self.bind is None else self.bind(origin, request, False)
         now = pacer.clock()
         if bound is None:  # the origin's tracker alone: looked at without a lock first
-            tracker = pacer.peek(origin)
+            tracker = pacer._peek(origin)
             if tracker is not None and tracker.healthy(now):
                 return Lane.HEALTHY, tracker, now
-            tracker = pacer.track(origin)
+            tracker = pacer._track(origin)
         else:
             tracker = bound
             if tracker.healthy(now):

@@ -53,15 +53,21 @@ __all__ = ["Pacer", "PacerLike"]
 
 @runtime_checkable
 class PacerLike(Protocol):
-    """What the edges need of a pacer: a clock and a tracker per origin."""
+    """
+    What the edges need of a pacer: a clock and a tracker per origin.
+
+    The two methods start with an underscore to keep them out of an application's view
+    (``help(Pacer)`` shows what a user reads: views of each origin's state); an object that
+    has them can pace the edges.
+    """
 
     clock: Callable[[], float]
 
-    def track(self, origin: str) -> Tracker:
+    def _track(self, origin: str) -> Tracker:
         """The tracker of ``origin``, marked recently used."""
 
     @property
-    def peek(self) -> Callable[[str], Tracker | None]:
+    def _peek(self) -> Callable[[str], Tracker | None]:
         """The tracker of an origin if it has state; cheap."""
 
 
@@ -161,7 +167,7 @@ class Pacer:
             ),
         )
         #: The tracker of an origin if it has state (the fast lane's cheap look; no lock).
-        self.peek: Callable[[str], Tracker | None] = self._store.peek
+        self._peek: Callable[[str], Tracker | None] = self._store.peek
 
     def __repr__(self) -> str:
         """Show how many origins are tracked."""
@@ -188,11 +194,11 @@ class Pacer:
         """Unpickle as a fresh pacer with the same settings (so a pickled session works)."""
         Pacer.__init__(self, **state)
 
-    def track(self, origin: str) -> Tracker:
+    def _track(self, origin: str) -> Tracker:
         """The tracker of ``origin`` (the edges' way in), marked recently used."""
         return self._store.tracker(origin)
 
-    def bind(
+    def _bind(
         self,
         origin: str,
         request: object,

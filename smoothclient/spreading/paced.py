@@ -134,7 +134,7 @@ def paced(
             lambda k: (
                 _Bucket(per_second, burst)
                 if store is None
-                else _SharedBucket(store.track(f"paced:{shared_name}:{k!r}"), per_second, burst)
+                else _SharedBucket(store._track(f"paced:{shared_name}:{k!r}"), per_second, burst)
             ),
         )
 

@@ -48,16 +48,16 @@ def fleet(server: RedisServer, n: int = 2, **kw: object) -> list[Pacer]:
 
 def test_a_gate_closes_the_origin_for_the_whole_fleet(server: RedisServer) -> None:
     a, b = fleet(server)
-    a.track(ORIGIN).observe(503, Hints(retry_after=2.0), a.clock(), counted=False)
+    a._track(ORIGIN).observe(503, Hints(retry_after=2.0), a.clock(), counted=False)
     assert b.view(ORIGIN).gate_in == pytest.approx(2.0, abs=0.1)
-    admission = b.track(ORIGIN).acquire(b.clock())
+    admission = b._track(ORIGIN).acquire(b.clock())
     assert admission.delay > 1.5
 
 
 def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> None:
     """Three processes, four threads each, one paced origin: every slot distinct."""
     pacers = fleet(server, 3)
-    pacers[0].track(ORIGIN).observe(
+    pacers[0]._track(ORIGIN).observe(
         200,
         Hints(remaining=0, limit=500, window=10, reset_after=10),
         pacers[0].clock(),
@@ -67,7 +67,7 @@ def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> No
     lock = threading.Lock()
 
     def take(pacer: Pacer) -> None:
-        tracker = pacer.track(ORIGIN)
+        tracker = pacer._track(ORIGIN)
         for _ in range(5):
             now = pacer.clock()
             admission = tracker.acquire(now, deadline=now + 60)
@@ -93,7 +93,7 @@ def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> No
 
 def test_keys_are_hash_tagged_and_expire(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
-    pacer.track(ORIGIN).observe(503, Hints(retry_after=5.0), pacer.clock(), counted=False)
+    pacer._track(ORIGIN).observe(503, Hints(retry_after=5.0), pacer.clock(), counted=False)
     client = redis.Redis.from_url(server.url)
     assert redis_key(ORIGIN) == "smoothclient:{https://api.test:443}"
     assert redis_key(f"{ORIGIN} search") == "smoothclient:{https://api.test:443}:search"
@@ -103,7 +103,7 @@ def test_keys_are_hash_tagged_and_expire(server: RedisServer) -> None:
 
 def test_a_flushed_script_is_loaded_again(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
-    tracker = pacer.track(ORIGIN)
+    tracker = pacer._track(ORIGIN)
     tracker.observe(200, Hints(), pacer.clock(), counted=False)
     redis.Redis.from_url(server.url).script_flush()
     tracker.observe(503, Hints(retry_after=3.0), pacer.clock(), counted=False)
@@ -123,11 +123,11 @@ def test_a_crashed_process_counts_fade(
 ) -> None:
     monkeypatch.setattr(redis_store, "COHORT_TTL", 0.3)
     a, b = fleet(server)
-    a.track(ORIGIN).acquire(a.clock())  # waiting, and never sent: a crashed
-    b.track(ORIGIN).observe(200, Hints(), b.clock(), counted=False)
+    a._track(ORIGIN).acquire(a.clock())  # waiting, and never sent: a crashed
+    b._track(ORIGIN).observe(200, Hints(), b.clock(), counted=False)
     assert b.view(ORIGIN).waiting == 1
     time.sleep(0.45)
-    b.track(ORIGIN).observe(200, Hints(), b.clock(), counted=False)
+    b._track(ORIGIN).observe(200, Hints(), b.clock(), counted=False)
     assert b.view(ORIGIN).waiting == 0
 
 
@@ -136,12 +136,12 @@ def test_a_crashed_process_counts_fade(
 )
 def test_a_garbled_cohort_in_redis_is_ignored(server: RedisServer, cohort: str) -> None:
     (pacer,) = fleet(server, 1)
-    tracker = pacer.track(ORIGIN)
+    tracker = pacer._track(ORIGIN)
     tracker.observe(200, Hints(), pacer.clock(), counted=False)
     redis.Redis.from_url(server.url).hset(redis_store.redis_key(ORIGIN), "c", cohort)
     (other,) = fleet(server, 1)
     assert other.view(ORIGIN).waiting == 0
-    other.track(ORIGIN).acquire(other.clock())
+    other._track(ORIGIN).acquire(other.clock())
     assert other.view(ORIGIN).waiting == 1
 
 
@@ -149,7 +149,7 @@ def test_redis_down_fails_open_and_comes_back(
     server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     (pacer,) = fleet(server, 1)
-    tracker = pacer.track(ORIGIN)
+    tracker = pacer._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.observe(503, Hints(retry_after=30.0), pacer.clock(), counted=False)
     server.kill()
@@ -230,13 +230,13 @@ def test_a_route_one_process_learned_binds_the_others(server: RedisServer) -> No
         return "GET", str(request)
 
     hints = Hints(quotas=(Quota("x-ratelimit", 0.0, 30.0, None, 50.0, scope="search"),))
-    late = a.bind(ORIGIN, "/search/1", route_of, late=True)
+    late = a._bind(ORIGIN, "/search/1", route_of, late=True)
     assert late is not None
     late.observe(200, hints, a.clock(), counted=False)
-    bound = b.bind(ORIGIN, "/search/2", route_of, fresh=True)
+    bound = b._bind(ORIGIN, "/search/2", route_of, fresh=True)
     assert isinstance(bound, Bound)
     assert [name for name, _ in bound.scopes] == ["search"]
-    assert b.bind(ORIGIN, "/repos/1", route_of, fresh=True) is None  # another route: the origin
+    assert b._bind(ORIGIN, "/repos/1", route_of, fresh=True) is None  # another route: the origin
 
 
 def test_the_fleet_demo_runs_alone_then_shared(server: RedisServer) -> None:
@@ -251,13 +251,13 @@ def test_the_fleet_demo_runs_alone_then_shared(server: RedisServer) -> None:
 def test_async_edges_never_block_the_loop_on_redis(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every store step slowed to 60 ms: the loop still ticks every few ms, on asyncio."""
+    """Every store step slowed to 150 ms: the loop still ticks far more often, on asyncio."""
     import asyncio
 
     real = RedisTracker._step
 
     def slow(self: RedisTracker, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(0.06)  # a slow Redis round trip, in whatever thread the step runs
+        time.sleep(0.15)  # a slow Redis round trip, in whatever thread the step runs
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(RedisTracker, "_step", slow)
@@ -290,4 +290,4 @@ def test_async_edges_never_block_the_loop_on_redis(
         assert responses[-1].extensions["smoothclient"]["attempts"] == 2
         return max(gaps)
 
-    assert asyncio.run(main()) < 0.05  # never held for a 60 ms step
+    assert asyncio.run(main()) < 0.1  # never held for a 150 ms step (a loaded machine: margin)

@@ -27,7 +27,7 @@ ORIGIN = "http://api.test:80"
 
 
 def tracker(p: Pacer) -> MemoryTracker:
-    found = p.track(ORIGIN)
+    found = p._track(ORIGIN)
     assert isinstance(found, MemoryTracker)
     return found
 

@@ -41,7 +41,7 @@ def test_ten_thousand_ids_make_one_route() -> None:
     pacer = Pacer(clock=clock, probe=0)
     hints = read_hints({"x-ratelimit-remaining": "10", "x-ratelimit-resource": "core"}, now=NOW)
     for n in range(10_000):
-        tracker = pacer.bind(ORIGIN, ("GET", f"/users/{n}/repos"), route, late=n == 0)
+        tracker = pacer._bind(ORIGIN, ("GET", f"/users/{n}/repos"), route, late=n == 0)
         assert tracker is not None
         tracker.observe(200, hints, clock(), counted=False)
     assert pacer.routes(ORIGIN) == {"GET /users/{}/repos": ("core",)}
@@ -52,12 +52,12 @@ def test_routes_and_scopes_per_origin_are_bounded() -> None:
     pacer = Pacer(clock=clock, probe=0, max_routes=4, max_scopes=3, max_origins=2)
     for n in range(50):  # a server naming a new scope on every new route
         hints = read_hints({"x-ratelimit-remaining": "9", "x-ratelimit-bucket": f"b{n}"})
-        tracker = pacer.bind(ORIGIN, ("GET", f"/r{n}"), route, late=True)
+        tracker = pacer._bind(ORIGIN, ("GET", f"/r{n}"), route, late=True)
         assert tracker is not None
         tracker.observe(200, hints, clock(), counted=False)
     assert len(pacer.routes(ORIGIN)) == 4
     assert len(pacer.scopes(ORIGIN)) == 3
-    pacer.track("https://other.test:443")
+    pacer._track("https://other.test:443")
     assert "https://other.test:443" in pacer.origins()  # scopes never push origins out
     assert all(" " not in origin for origin in pacer.origins())
 
@@ -175,15 +175,15 @@ def test_split_unnamed_quotas_belong_to_the_callers_scope() -> None:
 
 def bound_pair(clock: FakeClock) -> tuple[Pacer, Bound]:
     pacer = Pacer(clock=clock, probe=0)
-    book = OriginScopes(pacer.track)
+    book = OriginScopes(pacer._track)
     bound = Bound(
-        pacer.track(ORIGIN), book.pairs(("x a", "x b")), given=(), route="GET /", book=book
+        pacer._track(ORIGIN), book.pairs(("x a", "x b")), given=(), route="GET /", book=book
     )
     return pacer, bound
 
 
 def exhaust(pacer: Pacer, key: str, reset: float, now: float) -> None:
-    pacer.track(key).observe(
+    pacer._track(key).observe(
         200, Hints(remaining=0, limit=10, reset_after=reset), now, counted=False
     )
 
@@ -191,11 +191,11 @@ def exhaust(pacer: Pacer, key: str, reset: float, now: float) -> None:
 def test_bound_waits_for_the_latest_slot() -> None:
     clock = FakeClock(0.0)
     pacer, bound = bound_pair(clock)
-    pacer.track("x b").observe(503, Hints(retry_after=7.0), 0.0, counted=False)
+    pacer._track("x b").observe(503, Hints(retry_after=7.0), 0.0, counted=False)
     admission = bound.acquire(0.0)  # too far off to fix a slot: ask again, nothing held
     assert (admission.granted, admission.final) == (True, False)
     assert 6.5 < admission.delay <= 7.0
-    assert [pacer.track(k).view(0.0).waiting for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer._track(k).view(0.0).waiting for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     admission = bound.acquire(6.9)
     assert (admission.granted, admission.final) == (True, True)
     assert admission.delay == pytest.approx(0.1)
@@ -208,20 +208,20 @@ def test_bound_refused_by_one_cancels_the_others() -> None:
     exhaust(pacer, "x b", 100.0, 0.0)
     admission = bound.acquire(0.0, deadline=5.0)
     assert not admission.granted
-    assert pacer.track(ORIGIN).view(0.0).waiting == 0
-    assert pacer.track("x a").view(0.0).waiting == 0
+    assert pacer._track(ORIGIN).view(0.0).waiting == 0
+    assert pacer._track("x a").view(0.0).waiting == 0
 
 
 def test_bound_try_now_is_all_or_nothing() -> None:
     clock = FakeClock(0.0)
     pacer, bound = bound_pair(clock)
     assert bound.try_now(0.0)
-    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [1, 1, 1]
+    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [1, 1, 1]
     bound.observe(200, Hints(), 0.0)
-    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     exhaust(pacer, "x b", 100.0, 0.0)
     assert not bound.try_now(0.0)
-    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     assert not bound.healthy(0.0)
 
 
@@ -230,21 +230,21 @@ def test_bound_releases_what_learned_nothing_and_counts_in_each() -> None:
     pacer, bound = bound_pair(clock)
     bound.adopt()
     bound.observe(429, hints_of([q("a", 0)], retry_after=1.0), 0.0)  # only "a" throttled
-    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     bound.acquire(0.0)
     bound.sent()
     bound.failed()
-    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     bound.acquire(0.0)
     bound.cancel()
-    assert [pacer.track(k).view(0.0).waiting for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer._track(k).view(0.0).waiting for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
 
 
 def test_bound_cohort_is_the_tightest() -> None:
     clock = FakeClock(0.0)
     pacer, bound = bound_pair(clock)
-    pacer.track("x a").observe(200, Hints(remaining=5, limit=10, window=10), 0.0, counted=False)
-    pacer.track(ORIGIN).observe(503, Hints(retry_after=4.0), 0.0, counted=False)
+    pacer._track("x a").observe(200, Hints(remaining=5, limit=10, window=10), 0.0, counted=False)
+    pacer._track(ORIGIN).observe(503, Hints(retry_after=4.0), 0.0, counted=False)
     cohort = bound.cohort(0.0)
     assert cohort.opens_in == pytest.approx(4.0)
     assert cohort.admitted_rate is not None
