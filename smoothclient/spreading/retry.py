@@ -242,11 +242,13 @@ def retry(
                 while True:
                     state.attempt()
                     try:
-                        return state.returned(checked(await wrapped(*args, **kwargs)))
+                        result = checked(await wrapped(*args, **kwargs))
                     except Exception as exc:
                         delay = state.failed(exc)
                         if delay is None:
                             return state.give_up(exc)
+                    else:
+                        return state.returned(result)  # its hook's error is not retried
                     await pause(delay)
 
             return async_wrapper(fn)  # type: ignore[return-value]
@@ -259,11 +261,13 @@ def retry(
             while True:
                 state.attempt()
                 try:
-                    return state.returned(checked(wrapped(*args, **kwargs)))
+                    result = checked(wrapped(*args, **kwargs))
                 except Exception as exc:
                     delay = state.failed(exc)
                     if delay is None:
                         return state.give_up(exc)
+                else:
+                    return state.returned(result)  # its hook's error is not retried
                 wait(delay)
 
         return sync_wrapper(fn)  # type: ignore[return-value]

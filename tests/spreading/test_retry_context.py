@@ -212,3 +212,20 @@ def test_retry_calls_the_success_and_give_up_hooks(clock: FakeClock) -> None:
     assert seen[2][1].exception is None  # an unwanted result, returned
     assert seen[2][1].record.gave_up is not None
     assert not seen[2][1].succeeded
+
+
+def test_an_error_in_the_success_hook_is_not_retried(clock: FakeClock) -> None:
+    calls = 0
+
+    def broken(ended: CallEnded) -> None:
+        raise RuntimeError("hook bug")
+
+    @retry(sleep=clock.sleep, clock=clock, on_success=broken)
+    def job() -> int:
+        nonlocal calls
+        calls += 1
+        return calls
+
+    with pytest.raises(RuntimeError, match="hook bug"):
+        job()
+    assert calls == 1
