@@ -122,6 +122,12 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
     left than a bucket could have refilled since (half the quota or more) met a window that
     reset before it said it would (one aligned to the clock, say): a window's vote.  Older
     evidence fades.
+
+    A rejection is a window's vote only if a bucket would have admitted it: one at a rate
+    the model can trust (a stated window, or one guessed across a reset) that had refilled a
+    token for it beyond those it admitted since the quota ran out.  Sent sooner, or paced
+    by a window guessed from a time-to-reset seen partway through it (shorter than the
+    window, so faster than the server), a bucket rejects it too: no evidence.
     """
     spent = o.exhausted
     if spent is None or sent_at is None or not spent[0] + SKEW < sent_at < spent[1]:
@@ -132,7 +138,29 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
         refilled = (now - spent[0]) / interval  # what a bucket at the mirrored rate got back
         if remaining >= limit / 2 and remaining > refilled + 1:
             weight = -1.0
+    elif weight < 0 and not _owed(o, hints, sent_at):
+        weight = 0.0
     _vote(o, weight)
+
+
+def _owed(o: OriginState, hints: Hints, sent_at: float | None) -> bool:
+    """
+    Would a bucket at the mirrored rate have admitted a request sent at ``sent_at``?
+
+    Yes if it had refilled a token for it since the quota ran out, beyond those it admitted
+    since, and the rate can be trusted: stated (a window), or guessed across a reset (a
+    time-to-reset seen partway through a window is shorter than the window: a rate guessed
+    from it is faster than the server's).  With no rate or no spent quota, no way to tell:
+    yes.
+    """
+    spent, interval = o.exhausted, o.pace.interval
+    if spent is None or sent_at is None or not interval:
+        return True
+    if not hints.window and not o.reset_seen:
+        return False
+    refilled = (sent_at - spent[0]) / interval
+    admitted = len(o.successes) - bisect.bisect_right(o.successes, spent[0])
+    return refilled + 1e-9 >= admitted + 1
 
 
 def _vote(o: OriginState, weight: float) -> None:
@@ -158,6 +186,7 @@ def _ledger(o: OriginState, remaining: float, reset_after: float | None, now: fl
     )
     if new_window:
         o.exhausted = None  # a spent quota's period ends with its window
+        o.reset_seen = True
     if o.avail is None or left < o.avail or new_window:
         o.avail = left
     if o.reset_probe is not None and now >= o.reset_probe:

@@ -140,6 +140,9 @@ class OriginState:
     # the limiter model (see Kind): what the server's quota does between its resets
     kind: Kind = "unknown"
     evidence: float = 0.0  # > 0: the quota refills before its reset (a bucket); < 0: a window
+    # a reset passed while watching: a guessed window since spans one (before, it is a
+    # time-to-reset seen partway through a window: shorter than the window)
+    reset_seen: bool = False
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
     reset_probe: float | None = None  # when the request probing a window's reset went

@@ -173,3 +173,51 @@ def test_requests_sent_right_after_exhaustion_are_no_evidence() -> None:
         counted=False,
     )
     assert o.evidence == 0
+
+
+def _guessed_spent(reset_after: float) -> tuple[st.OriginState, st.Settings]:
+    """A quota of 10 stating no window, spent at t=0 with ``reset_after`` to go."""
+    o, s = st.OriginState(), st.Settings(probe=0)
+    learning.observe(
+        o,
+        s,
+        200,
+        Hints(remaining=0, limit=10, reset_after=reset_after),
+        0.0,
+        sent_at=0.0,
+        counted=False,
+    )
+    assert o.exhausted is not None
+    return o, s
+
+
+def test_rejections_at_a_rate_guessed_partway_through_a_window_are_no_evidence() -> None:
+    """0.1 s before its reset a quota of 10 reads as 100 req/s: a bucket rejects that pace too."""
+    o, s = _guessed_spent(0.1)
+    assert o.pace.rate == pytest.approx(100)
+    for sent in (0.03, 0.05, 0.07):
+        left = Hints(remaining=0, limit=10, reset_after=0.1 - (sent + 0.002))
+        learning.observe(o, s, 429, left, sent + 0.002, sent_at=sent, counted=False)
+    assert o.evidence == 0
+    assert o.kind == "unknown"
+
+
+def test_once_a_reset_was_seen_only_rejections_a_bucket_owed_are_evidence() -> None:
+    """Guessed across a reset, the rate is trusted: a rejection before its token was due is not."""
+    o, s = _guessed_spent(0.1)
+    now = 0.1  # the reset passed: the next report starts the window, a whole one away
+    learning.observe(
+        o, s, 200, Hints(remaining=0, limit=10, reset_after=1.0), now, sent_at=now, counted=False
+    )
+    assert o.reset_seen
+    assert o.pace.rate == pytest.approx(10)
+    spent = o.exhausted
+    assert spent is not None
+    early = spent[0] + 0.05  # half a token's time after it ran out: a bucket rejects it too
+    left = Hints(remaining=0, limit=10, reset_after=0.9)
+    learning.observe(o, s, 429, left, early + 0.002, sent_at=early, counted=False)
+    assert o.evidence == 0
+    assert o.gate <= early + 0.002  # nor does it close a bucket's gate
+    owed = spent[0] + 0.1  # a bucket at 10/s had a token for this one
+    learning.observe(o, s, 429, left, owed + 0.002, sent_at=owed, counted=False)
+    assert o.evidence == -1
