@@ -82,7 +82,7 @@ def observe(
                 o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
         else:
             _weigh(o, status, sent_at, hints, now)
-        _quota(o, hints, now, throttled=throttled)
+        _quota(o, hints, now, throttled=throttled, sent_at=sent_at)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
     elif throttled:
@@ -209,7 +209,9 @@ def _guess_window(o: OriginState, limit: float | None, reset_after: float | None
     return guess
 
 
-def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None:
+def _quota(
+    o: OriginState, hints: Hints, now: float, *, throttled: bool, sent_at: float | None
+) -> None:
     """
     Mirror the server's quota: rate, burst and the tokens it says are left.
 
@@ -222,6 +224,7 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
     o.learned = False
     o.limit = hints.limit
     available = hints.remaining - o.in_flight
+    owed = throttled and _owed(o, hints, sent_at)  # before the ledger moves the spent period
     _ledger(o, hints.remaining, hints.reset_after, now)
     if hints.reset_after is not None:
         o.reset_at = now + hints.reset_after
@@ -240,9 +243,11 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
         pace.burst = 1.0
     else:
         pace.rate = None
-    if throttled and hints.remaining <= 0 and hints.reset_after is not None and o.kind == "bucket":
-        # a bucket that throttled: nothing before its reset (a window's ledger waits for its
-        # own, and probes it; an unknown limiter is paced into the spent quota to tell which)
+    if owed and hints.remaining <= 0 and hints.reset_after is not None and o.kind == "bucket":
+        # a bucket that throttled a request its mirror said it would admit: nothing before
+        # its reset (a window's ledger waits for its own, and probes it; an unknown limiter
+        # is paced into the spent quota to tell which; a request sent before its token was
+        # due, at a faster rate since corrected, says nothing against the mirror)
         o.gate = max(o.gate, now + hints.reset_after)
     if pace.interval:
         tokens = available - o.waiting

@@ -18,7 +18,8 @@ quota with limit and window   the pace mirrors the server's bucket (rate = limit
                               burst up to what the server says is left)
 quota without a window        the window is guessed: the longest time-to-reset seen for a
                               quota of that size
-quota exhausted + throttled   the gate closes until the reset
+quota exhausted + throttled   a bucket's gate closes until the reset (if its mirror
+                              expected the request to get through)
 bare 429 / 503 with a delay   the learned rate is cut (multiplicative decrease)
 success after a throttle      the learned rate grows, and is dropped after a quiet spell
 first request to an origin    a probe: concurrent requests wait for its response

@@ -221,3 +221,29 @@ def test_once_a_reset_was_seen_only_rejections_a_bucket_owed_are_evidence() -> N
     owed = spent[0] + 0.1  # a bucket at 10/s had a token for this one
     learning.observe(o, s, 429, left, owed + 0.002, sent_at=owed, counted=False)
     assert o.evidence == -1
+
+
+def test_a_bucket_closes_only_on_a_throttle_its_mirror_did_not_expect() -> None:
+    """A known bucket: a rejection sent before its token was due leaves the gate open."""
+    o, s = _guessed_spent(0.5)
+    o.kind, o.reset_seen = "bucket", True
+    learning.observe(
+        o,
+        s,
+        429,
+        Hints(remaining=0, limit=10, reset_after=0.45),
+        0.05,
+        sent_at=0.03,
+        counted=False,
+    )
+    assert o.gate == 0.0  # 0.03 s after it ran out: no token was due at 20 req/s
+    learning.observe(
+        o,
+        s,
+        429,
+        Hints(remaining=0, limit=10, reset_after=0.4),
+        0.1,
+        sent_at=0.08,
+        counted=False,
+    )
+    assert o.gate == pytest.approx(0.5)  # one was: the mirror is off, wait for the reset
