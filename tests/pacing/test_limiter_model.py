@@ -175,6 +175,35 @@ def test_requests_sent_right_after_exhaustion_are_no_evidence() -> None:
     assert o.evidence == 0
 
 
+@pytest.mark.parametrize("phase", [0.6, 0.9])
+def test_a_bucket_stating_clock_aligned_resets_is_paced_at_its_rate(
+    phase: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    GitHub's headers on a token bucket (10/s, 5 at once): the reset is the next whole second.
+
+    Started late in a second, the first time-to-reset is a fraction of the window, so the rate
+    guessed from it is too high; the bucket's rejections of that pace are no window's evidence
+    (read as a window, the ledger sent 5 a second: twice the ideal time).
+    """
+    import time
+
+    import trio
+
+    base = 1_700_000_000 + phase  # the wall clock runs on trio's virtual clock
+
+    def wall() -> float:
+        try:
+            return base + trio.current_time()
+        except RuntimeError:  # outside the run
+            return base
+
+    monkeypatch.setattr(time, "time", wall)
+    result = run_herd(TokenBucket(10, 1.0, 5), "github", 60)
+    assert result.failed == 0
+    assert result.ratio <= 1.3
+
+
 def _guessed_spent(reset_after: float) -> tuple[st.OriginState, st.Settings]:
     """A quota of 10 stating no window, spent at t=0 with ``reset_after`` to go."""
     o, s = st.OriginState(), st.Settings(probe=0)
