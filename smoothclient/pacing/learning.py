@@ -148,15 +148,15 @@ def _owed(o: OriginState, hints: Hints, sent_at: float | None) -> bool:
     Would a bucket at the mirrored rate have admitted a request sent at ``sent_at``?
 
     Yes if it had refilled a token for it since the quota ran out, beyond those it admitted
-    since, and the rate can be trusted: stated (a window), or guessed across a reset (a
-    time-to-reset seen partway through a window is shorter than the window: a rate guessed
-    from it is faster than the server's).  With no rate or no spent quota, no way to tell:
-    yes.
+    since, and the rate can be trusted: stated (a window), or guessed over a whole window
+    (across a reset, or when the quota was at least half left: a time-to-reset seen partway
+    through a window is shorter than the window, and a rate guessed from it is faster than
+    the server's).  With no rate or no spent quota, no way to tell: yes.
     """
     spent, interval = o.exhausted, o.pace.interval
     if spent is None or sent_at is None or not interval:
         return True
-    if not hints.window and not o.reset_seen:
+    if not hints.window and not o.guess_whole:
         return False
     refilled = (sent_at - spent[0]) / interval
     admitted = len(o.successes) - bisect.bisect_right(o.successes, spent[0])
@@ -186,7 +186,7 @@ def _ledger(o: OriginState, remaining: float, reset_after: float | None, now: fl
     )
     if new_window:
         o.exhausted = None  # a spent quota's period ends with its window
-        o.reset_seen = True
+        o.guess_whole = True
     if o.avail is None or left < o.avail or new_window:
         o.avail = left
     if o.reset_probe is not None and now >= o.reset_probe:
@@ -231,6 +231,8 @@ def _quota(
     limit, window = hints.limit, hints.window
     if not window:  # none stated (or a useless 0)
         window = _guess_window(o, limit, hints.reset_after)
+        if limit and hints.remaining >= limit / 2 and window == hints.reset_after:
+            o.guess_whole = True  # guessed when the window was young: it spans about all of it
     if o.kind == "window":
         pace.rate = None  # the ledger paces a window: all it holds now, then its reset
     elif limit and window:

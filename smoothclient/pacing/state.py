@@ -141,9 +141,10 @@ class OriginState:
     # the limiter model (see Kind): what the server's quota does between its resets
     kind: Kind = "unknown"
     evidence: float = 0.0  # > 0: the quota refills before its reset (a bucket); < 0: a window
-    # a reset passed while watching: a guessed window since spans one (before, it is a
-    # time-to-reset seen partway through a window: shorter than the window)
-    reset_seen: bool = False
+    # the guessed window spans a whole one: guessed across a reset, or from a report of a
+    # quota at least half left (a window seen from its start); else it may be a time-to-reset
+    # seen partway through a window: shorter than the window
+    guess_whole: bool = False
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
     reset_probe: float | None = None  # when the request probing a window's reset went

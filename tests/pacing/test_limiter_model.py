@@ -238,7 +238,7 @@ def test_once_a_reset_was_seen_only_rejections_a_bucket_owed_are_evidence() -> N
     learning.observe(
         o, s, 200, Hints(remaining=0, limit=10, reset_after=1.0), now, sent_at=now, counted=False
     )
-    assert o.reset_seen
+    assert o.guess_whole
     assert o.pace.rate == pytest.approx(10)
     spent = o.exhausted
     assert spent is not None
@@ -255,7 +255,7 @@ def test_once_a_reset_was_seen_only_rejections_a_bucket_owed_are_evidence() -> N
 def test_a_bucket_closes_only_on_a_throttle_its_mirror_did_not_expect() -> None:
     """A known bucket: a rejection sent before its token was due leaves the gate open."""
     o, s = _guessed_spent(0.5)
-    o.kind, o.reset_seen = "bucket", True
+    o.kind, o.guess_whole = "bucket", True
     learning.observe(
         o,
         s,
@@ -276,3 +276,19 @@ def test_a_bucket_closes_only_on_a_throttle_its_mirror_did_not_expect() -> None:
         counted=False,
     )
     assert o.gate == pytest.approx(0.5)  # one was: the mirror is off, wait for the reset
+
+
+def test_a_window_seen_from_its_start_is_told_at_once() -> None:
+    """9 of 10 left, 1 s to go: the whole window; rejections a bucket owed vote at once."""
+    o, s = st.OriginState(), st.Settings(probe=0)
+    learning.observe(
+        o, s, 200, Hints(remaining=9, limit=10, reset_after=1.0), 0.0, sent_at=0.0, counted=False
+    )
+    assert o.guess_whole
+    learning.observe(
+        o, s, 200, Hints(remaining=0, limit=10, reset_after=0.99), 0.01, sent_at=0.0, counted=False
+    )
+    for sent in (0.12, 0.22):  # paced at 10/s into the spent quota: a bucket would admit them
+        left = Hints(remaining=0, limit=10, reset_after=1.0 - (sent + 0.002))
+        learning.observe(o, s, 429, left, sent + 0.002, sent_at=sent, counted=False)
+    assert o.kind == "window"
