@@ -133,6 +133,9 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
     if spent is None or sent_at is None or not spent[0] + SKEW < sent_at < spent[1]:
         return
     weight = 1.0 if status < 400 else -1.0 if status == 429 else 0.0
+    if weight > 0:
+        o.admitted = (o.admitted if o.admitted_since == spent[0] else 0) + 1
+        o.admitted_since = spent[0]
     interval, limit, remaining = o.pace.interval, hints.limit, hints.remaining
     if weight > 0 and interval and limit and remaining is not None:
         refilled = (now - spent[0]) / interval  # what a bucket at the mirrored rate got back
@@ -159,7 +162,7 @@ def _owed(o: OriginState, hints: Hints, sent_at: float | None) -> bool:
     if not hints.window and not o.guess_whole:
         return False
     refilled = (sent_at - spent[0]) / interval
-    admitted = len(o.successes) - bisect.bisect_right(o.successes, spent[0])
+    admitted = o.admitted if o.admitted_since == spent[0] else 0
     return refilled + 1e-9 >= admitted + 1
 
 

@@ -145,6 +145,10 @@ class OriginState:
     # quota at least half left (a window seen from its start); else it may be a time-to-reset
     # seen partway through a window: shorter than the window
     guess_whole: bool = False
+    # requests sent while the quota was spent (since admitted_since, that period's start) that
+    # got through: what a bucket refilled for others than the next one
+    admitted_since: float | None = None
+    admitted: int = 0
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
     reset_probe: float | None = None  # when the request probing a window's reset went

@@ -279,7 +279,12 @@ def test_a_bucket_closes_only_on_a_throttle_its_mirror_did_not_expect() -> None:
 
 
 def test_a_window_seen_from_its_start_is_told_at_once() -> None:
-    """9 of 10 left, 1 s to go: the whole window; rejections a bucket owed vote at once."""
+    """
+    9 of 10 left, 1 s to go: the whole window; rejections a bucket owed vote at once.
+
+    What the burst sent before the quota ran out got through, but a bucket refilled nothing
+    for it: only requests sent into the spent quota count against a rejection's vote.
+    """
     o, s = st.OriginState(), st.Settings(probe=0)
     learning.observe(
         o, s, 200, Hints(remaining=9, limit=10, reset_after=1.0), 0.0, sent_at=0.0, counted=False
@@ -288,6 +293,16 @@ def test_a_window_seen_from_its_start_is_told_at_once() -> None:
     learning.observe(
         o, s, 200, Hints(remaining=0, limit=10, reset_after=0.99), 0.01, sent_at=0.0, counted=False
     )
+    for _ in range(8):  # the rest of the first burst, sent before it ran out, comes back
+        learning.observe(
+            o,
+            s,
+            200,
+            Hints(remaining=0, limit=10, reset_after=0.98),
+            0.02,
+            sent_at=0.0,
+            counted=False,
+        )
     for sent in (0.12, 0.22):  # paced at 10/s into the spent quota: a bucket would admit them
         left = Hints(remaining=0, limit=10, reset_after=1.0 - (sent + 0.002))
         learning.observe(o, s, 429, left, sent + 0.002, sent_at=sent, counted=False)
