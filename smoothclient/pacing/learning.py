@@ -82,7 +82,7 @@ def observe(
                 o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
         else:
             _weigh(o, status, sent_at, hints, now)
-        _quota(o, hints, now, throttled=throttled)
+        _quota(o, hints, now, throttled=throttled, sent_at=sent_at)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
     elif throttled:
@@ -122,17 +122,48 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
     left than a bucket could have refilled since (half the quota or more) met a window that
     reset before it said it would (one aligned to the clock, say): a window's vote.  Older
     evidence fades.
+
+    A rejection is a window's vote only if a bucket would have admitted it: one at a rate
+    the model can trust (a stated window, or one guessed across a reset) that had refilled a
+    token for it beyond those it admitted since the quota ran out.  Sent sooner, or paced
+    by a window guessed from a time-to-reset seen partway through it (shorter than the
+    window, so faster than the server), a bucket rejects it too: no evidence.
     """
     spent = o.exhausted
     if spent is None or sent_at is None or not spent[0] + SKEW < sent_at < spent[1]:
         return
     weight = 1.0 if status < 400 else -1.0 if status == 429 else 0.0
+    if weight > 0:
+        o.admitted = (o.admitted if o.admitted_since == spent[0] else 0) + 1
+        o.admitted_since = spent[0]
     interval, limit, remaining = o.pace.interval, hints.limit, hints.remaining
     if weight > 0 and interval and limit and remaining is not None:
         refilled = (now - spent[0]) / interval  # what a bucket at the mirrored rate got back
         if remaining >= limit / 2 and remaining > refilled + 1:
             weight = -1.0
+    elif weight < 0 and not _owed(o, hints, sent_at):
+        weight = 0.0
     _vote(o, weight)
+
+
+def _owed(o: OriginState, hints: Hints, sent_at: float | None) -> bool:
+    """
+    Would a bucket at the mirrored rate have admitted a request sent at ``sent_at``?
+
+    Yes if it had refilled a token for it since the quota ran out, beyond those it admitted
+    since, and the rate can be trusted: stated (a window), or guessed over a whole window
+    (across a reset, or when the quota was at least half left: a time-to-reset seen partway
+    through a window is shorter than the window, and a rate guessed from it is faster than
+    the server's).  With no rate or no spent quota, no way to tell: yes.
+    """
+    spent, interval = o.exhausted, o.pace.interval
+    if spent is None or sent_at is None or not interval:
+        return True
+    if not hints.window and not o.guess_whole:
+        return False
+    refilled = (sent_at - spent[0]) / interval
+    admitted = o.admitted if o.admitted_since == spent[0] else 0
+    return refilled + 1e-9 >= admitted + 1
 
 
 def _vote(o: OriginState, weight: float) -> None:
@@ -158,6 +189,7 @@ def _ledger(o: OriginState, remaining: float, reset_after: float | None, now: fl
     )
     if new_window:
         o.exhausted = None  # a spent quota's period ends with its window
+        o.guess_whole = True
     if o.avail is None or left < o.avail or new_window:
         o.avail = left
     if o.reset_probe is not None and now >= o.reset_probe:
@@ -180,7 +212,9 @@ def _guess_window(o: OriginState, limit: float | None, reset_after: float | None
     return guess
 
 
-def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None:
+def _quota(
+    o: OriginState, hints: Hints, now: float, *, throttled: bool, sent_at: float | None
+) -> None:
     """
     Mirror the server's quota: rate, burst and the tokens it says are left.
 
@@ -193,12 +227,15 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
     o.learned = False
     o.limit = hints.limit
     available = hints.remaining - o.in_flight
+    owed = throttled and _owed(o, hints, sent_at)  # before the ledger moves the spent period
     _ledger(o, hints.remaining, hints.reset_after, now)
     if hints.reset_after is not None:
         o.reset_at = now + hints.reset_after
     limit, window = hints.limit, hints.window
     if not window:  # none stated (or a useless 0)
         window = _guess_window(o, limit, hints.reset_after)
+        if limit and hints.remaining >= limit / 2 and window == hints.reset_after:
+            o.guess_whole = True  # guessed when the window was young: it spans about all of it
     if o.kind == "window":
         pace.rate = None  # the ledger paces a window: all it holds now, then its reset
     elif limit and window:
@@ -211,9 +248,11 @@ def _quota(o: OriginState, hints: Hints, now: float, *, throttled: bool) -> None
         pace.burst = 1.0
     else:
         pace.rate = None
-    if throttled and hints.remaining <= 0 and hints.reset_after is not None and o.kind == "bucket":
-        # a bucket that throttled: nothing before its reset (a window's ledger waits for its
-        # own, and probes it; an unknown limiter is paced into the spent quota to tell which)
+    if owed and hints.remaining <= 0 and hints.reset_after is not None and o.kind == "bucket":
+        # a bucket that throttled a request its mirror said it would admit: nothing before
+        # its reset (a window's ledger waits for its own, and probes it; an unknown limiter
+        # is paced into the spent quota to tell which; a request sent before its token was
+        # due, at a faster rate since corrected, says nothing against the mirror)
         o.gate = max(o.gate, now + hints.reset_after)
     if pace.interval:
         tokens = available - o.waiting

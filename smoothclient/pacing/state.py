@@ -18,7 +18,8 @@ quota with limit and window   the pace mirrors the server's bucket (rate = limit
                               burst up to what the server says is left)
 quota without a window        the window is guessed: the longest time-to-reset seen for a
                               quota of that size
-quota exhausted + throttled   the gate closes until the reset
+quota exhausted + throttled   a bucket's gate closes until the reset (if its mirror
+                              expected the request to get through)
 bare 429 / 503 with a delay   the learned rate is cut (multiplicative decrease)
 success after a throttle      the learned rate grows, and is dropped after a quiet spell
 first request to an origin    a probe: concurrent requests wait for its response
@@ -140,6 +141,14 @@ class OriginState:
     # the limiter model (see Kind): what the server's quota does between its resets
     kind: Kind = "unknown"
     evidence: float = 0.0  # > 0: the quota refills before its reset (a bucket); < 0: a window
+    # the guessed window spans a whole one: guessed across a reset, or from a report of a
+    # quota at least half left (a window seen from its start); else it may be a time-to-reset
+    # seen partway through a window: shorter than the window
+    guess_whole: bool = False
+    # requests sent while the quota was spent (since admitted_since, that period's start) that
+    # got through: what a bucket refilled for others than the next one
+    admitted_since: float | None = None
+    admitted: int = 0
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
     reset_probe: float | None = None  # when the request probing a window's reset went

@@ -173,3 +173,137 @@ def test_requests_sent_right_after_exhaustion_are_no_evidence() -> None:
         counted=False,
     )
     assert o.evidence == 0
+
+
+@pytest.mark.parametrize("phase", [0.6, 0.9])
+def test_a_bucket_stating_clock_aligned_resets_is_paced_at_its_rate(
+    phase: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    GitHub's headers on a token bucket (10/s, 5 at once): the reset is the next whole second.
+
+    Started late in a second, the first time-to-reset is a fraction of the window, so the rate
+    guessed from it is too high; the bucket's rejections of that pace are no window's evidence
+    (read as a window, the ledger sent 5 a second: twice the ideal time).
+    """
+    import time
+
+    import trio
+
+    base = 1_700_000_000 + phase  # the wall clock runs on trio's virtual clock
+
+    def wall() -> float:
+        try:
+            return base + trio.current_time()
+        except RuntimeError:  # outside the run
+            return base
+
+    monkeypatch.setattr(time, "time", wall)
+    result = run_herd(TokenBucket(10, 1.0, 5), "github", 60)
+    assert result.failed == 0
+    assert result.ratio <= 1.3
+
+
+def _guessed_spent(reset_after: float) -> tuple[st.OriginState, st.Settings]:
+    """A quota of 10 stating no window, spent at t=0 with ``reset_after`` to go."""
+    o, s = st.OriginState(), st.Settings(probe=0)
+    learning.observe(
+        o,
+        s,
+        200,
+        Hints(remaining=0, limit=10, reset_after=reset_after),
+        0.0,
+        sent_at=0.0,
+        counted=False,
+    )
+    assert o.exhausted is not None
+    return o, s
+
+
+def test_rejections_at_a_rate_guessed_partway_through_a_window_are_no_evidence() -> None:
+    """0.1 s before its reset a quota of 10 reads as 100 req/s: a bucket rejects that pace too."""
+    o, s = _guessed_spent(0.1)
+    assert o.pace.rate == pytest.approx(100)
+    for sent in (0.03, 0.05, 0.07):
+        left = Hints(remaining=0, limit=10, reset_after=0.1 - (sent + 0.002))
+        learning.observe(o, s, 429, left, sent + 0.002, sent_at=sent, counted=False)
+    assert o.evidence == 0
+    assert o.kind == "unknown"
+
+
+def test_once_a_reset_was_seen_only_rejections_a_bucket_owed_are_evidence() -> None:
+    """Guessed across a reset, the rate is trusted: a rejection before its token was due is not."""
+    o, s = _guessed_spent(0.1)
+    now = 0.1  # the reset passed: the next report starts the window, a whole one away
+    learning.observe(
+        o, s, 200, Hints(remaining=0, limit=10, reset_after=1.0), now, sent_at=now, counted=False
+    )
+    assert o.guess_whole
+    assert o.pace.rate == pytest.approx(10)
+    spent = o.exhausted
+    assert spent is not None
+    early = spent[0] + 0.05  # half a token's time after it ran out: a bucket rejects it too
+    left = Hints(remaining=0, limit=10, reset_after=0.9)
+    learning.observe(o, s, 429, left, early + 0.002, sent_at=early, counted=False)
+    assert o.evidence == 0
+    assert o.gate <= early + 0.002  # nor does it close a bucket's gate
+    owed = spent[0] + 0.1  # a bucket at 10/s had a token for this one
+    learning.observe(o, s, 429, left, owed + 0.002, sent_at=owed, counted=False)
+    assert o.evidence == -1
+
+
+def test_a_bucket_closes_only_on_a_throttle_its_mirror_did_not_expect() -> None:
+    """A known bucket: a rejection sent before its token was due leaves the gate open."""
+    o, s = _guessed_spent(0.5)
+    o.kind, o.guess_whole = "bucket", True
+    learning.observe(
+        o,
+        s,
+        429,
+        Hints(remaining=0, limit=10, reset_after=0.45),
+        0.05,
+        sent_at=0.03,
+        counted=False,
+    )
+    assert o.gate == 0.0  # 0.03 s after it ran out: no token was due at 20 req/s
+    learning.observe(
+        o,
+        s,
+        429,
+        Hints(remaining=0, limit=10, reset_after=0.4),
+        0.1,
+        sent_at=0.08,
+        counted=False,
+    )
+    assert o.gate == pytest.approx(0.5)  # one was: the mirror is off, wait for the reset
+
+
+def test_a_window_seen_from_its_start_is_told_at_once() -> None:
+    """
+    9 of 10 left, 1 s to go: the whole window; rejections a bucket owed vote at once.
+
+    What the burst sent before the quota ran out got through, but a bucket refilled nothing
+    for it: only requests sent into the spent quota count against a rejection's vote.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    learning.observe(
+        o, s, 200, Hints(remaining=9, limit=10, reset_after=1.0), 0.0, sent_at=0.0, counted=False
+    )
+    assert o.guess_whole
+    learning.observe(
+        o, s, 200, Hints(remaining=0, limit=10, reset_after=0.99), 0.01, sent_at=0.0, counted=False
+    )
+    for _ in range(8):  # the rest of the first burst, sent before it ran out, comes back
+        learning.observe(
+            o,
+            s,
+            200,
+            Hints(remaining=0, limit=10, reset_after=0.98),
+            0.02,
+            sent_at=0.0,
+            counted=False,
+        )
+    for sent in (0.12, 0.22):  # paced at 10/s into the spent quota: a bucket would admit them
+        left = Hints(remaining=0, limit=10, reset_after=1.0 - (sent + 0.002))
+        learning.observe(o, s, 429, left, sent + 0.002, sent_at=sent, counted=False)
+    assert o.kind == "window"
