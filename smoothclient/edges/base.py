@@ -26,7 +26,7 @@ from ..pacing.scopes import ScopeFn
 from ..pacing.store import Tracker
 from ..policy import DEFAULT_POLICY, POLICY_FIELDS, RetryPolicy, overrides, with_fields
 from .flow import CallFlow, Failure, Finished, Offload, Reply, drive, drive_async, in_thread
-from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async
+from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async, left_of
 
 __all__ = [
     "DRAIN_LIMIT",
@@ -148,13 +148,12 @@ class EdgeCore:
         core.lane = FastLane(self.pacer, policy, self._access, self.bind)
         return core
 
-    def _within(self, send: Callable[[A, float | None], T], started: float) -> Callable[[A], T]:
-        """``send`` told, at each attempt, what is left of the deadline begun at ``started``."""
-        timeout, clock = self.policy.timeout, self.pacer.clock
-        if timeout is None:
-            return lambda request: send(request, None)
-        deadline = started + timeout
-        return lambda request: send(request, max(0.0, deadline - clock()))
+    def _within(
+        self, send: Callable[[A, float | None], T], deadline: float | None
+    ) -> Callable[[A], T]:
+        """``send`` told, at each attempt, what is left of ``deadline``."""
+        clock = self.pacer.clock
+        return lambda request: send(request, left_of(deadline, clock))
 
     def flow(
         self,
@@ -212,13 +211,15 @@ class EdgeCore:
         deadline (``None``: none), which the attempt's own timeouts must not exceed.
         """
         started = self.pacer.clock()  # the deadline counts the first attempt too
-        attempt = self._within(send, started)
+        timeout = self.policy.timeout
+        deadline = None if timeout is None else started + timeout
         try:
             response, first, record, lane, tracker = first_try(
-                self.lane, origin, attempt, request, failure_of, reply_of
+                self.lane, origin, send, request, deadline, failure_of, reply_of
             )
             if record is not None and response is not None:  # ended on the fast lane
                 return self._ended(origin, response, record)
+            attempt = self._within(send, deadline)
             done = drive(
                 self.flow(origin, info(request), first, lane, started, tracker, request),
                 lambda: attempt(request),
@@ -249,13 +250,15 @@ class EdgeCore:
     ) -> tuple[R, dict[str, Any]]:
         """Async twin of :meth:`call`."""
         started = self.pacer.clock()
-        attempt = self._within(send, started)
+        timeout = self.policy.timeout
+        deadline = None if timeout is None else started + timeout
         try:
             response, first, record, lane, tracker = await first_try_async(
-                self.lane, origin, attempt, request, failure_of, reply_of, self.offload
+                self.lane, origin, send, request, deadline, failure_of, reply_of, self.offload
             )
             if record is not None and response is not None:  # ended on the fast lane
                 return self._ended(origin, response, record)
+            attempt = self._within(send, deadline)
             done = await drive_async(
                 self.flow(origin, info(request), first, lane, started, tracker, request),
                 lambda: attempt(request),

@@ -313,7 +313,8 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         raise TypeError(_WRONG_CLIENT.format("httpx.AsyncClient", "AsyncSmoothTransport"))
 
     def _attempt(self, request: httpx.Request, left: float | None) -> httpx.Response:
-        return _read(self.transport.handle_request(_cut(request, left)))
+        response = self.transport.handle_request(_cut(request, left))
+        return response if response.status_code < 400 else _read(response)
 
     @staticmethod
     def _discard(response: httpx.Response) -> None:

@@ -25,7 +25,15 @@ from ..pacing.store import Tracker
 from ..policy import RetryPolicy
 from .flow import Failure, Reply
 
-__all__ = ["NOT_SENT", "FastLane", "FirstAttempt", "Lane", "first_try", "first_try_async"]
+__all__ = [
+    "NOT_SENT",
+    "FastLane",
+    "FirstAttempt",
+    "Lane",
+    "first_try",
+    "first_try_async",
+    "left_of",
+]
 
 
 class Lane(IntEnum):
@@ -42,6 +50,11 @@ Binder = Callable[..., Tracker | None]
 #: The attempt was not sent on the fast lane.
 NOT_SENT: tuple[None, None, None, Lane, None] = (None, None, None, Lane.FLOW, None)
 _NOT_ENTERED: tuple[Lane, None, float] = (Lane.FLOW, None, 0.0)
+
+
+def left_of(deadline: float | None, clock: Callable[[], float]) -> float | None:
+    """What is left of ``deadline`` now (``None``: there is none), never below 0."""
+    return None if deadline is None else max(0.0, deadline - clock())
 
 
 class _Response(Protocol):
@@ -167,17 +180,22 @@ FirstAttempt = tuple[RS | None, Reply | Failure | None, dict[str, Any] | None, L
 def first_try(
     lane: FastLane,
     origin: str,
-    send: Callable[[A], RS],
+    send: Callable[[A, float | None], RS],
     request: A,
+    deadline: float | None,
     failure_of: Callable[[Exception], Failure | None],
     reply_of: Callable[[RS], Reply],
 ) -> FirstAttempt[RS]:
-    """Send ``request`` at once when the fast lane admits it (see :class:`FastLane`)."""
+    """
+    Send ``request`` at once when the fast lane admits it (see :class:`FastLane`).
+
+    ``send(request, left)`` is told what is left of the call's ``deadline`` (on the pacer's clock).
+    """
     entry, tracker, sent_at = lane.enter(origin, request)
     if tracker is None:
         return NOT_SENT
     try:
-        response = send(request)
+        response = send(request, left_of(deadline, lane.pacer.clock))
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
     record = lane.leave(tracker, entry, sent_at, response, origin, request)
@@ -193,8 +211,9 @@ def first_try(
 async def first_try_async(
     lane: FastLane,
     origin: str,
-    send: Callable[[A], Awaitable[RS]],
+    send: Callable[[A, float | None], Awaitable[RS]],
     request: A,
+    deadline: float | None,
     failure_of: Callable[[Exception], Failure | None],
     reply_of: Callable[[RS], Reply],
     offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
@@ -207,7 +226,7 @@ async def first_try_async(
     if tracker is None:
         return NOT_SENT
     try:
-        response = await send(request)
+        response = await send(request, left_of(deadline, lane.pacer.clock))
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
     if offload is None:

@@ -31,6 +31,7 @@ __all__ = [
     "FieldAccess",
     "KnownNames",
     "collect",
+    "fingerprint",
     "is_relevant",
     "scan",
     "text",
@@ -194,13 +195,40 @@ def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]
             key = known.get(name, _UNSEEN)
         except TypeError:  # an unhashable name in a list of pairs
             key = _UNSEEN
+        if key is None:
+            continue  # most names: nothing we read
         if key is _UNSEEN:
             key = learn(name)
-        if key is None:
-            continue
-        value_text = text(value)
+            if key is None:
+                continue
+        value_text = value.decode("latin-1") if type(value) is bytes else text(value)
         if len(value_text) > MAX_VALUE:
             log.debug("ignoring %s: its value is over %d characters", key, MAX_VALUE)
             continue
         fields.setdefault(key, []).append(value_text.strip(" \t"))
     return fields
+
+
+def fingerprint(pairs: Iterable[tuple[object, object]]) -> tuple[object, ...] | None:
+    """
+    What :func:`collect` would read of ``pairs``, ``Date`` aside, as a key: fields, raw values.
+
+    ``None`` when that cannot be told without collecting (a name not seen yet, a value neither
+    ``bytes`` nor ``str``, an unhashable name).
+    """
+    known = _KNOWN.fields
+    found: list[object] = []
+    try:
+        for name, value in pairs:
+            field = known.get(name, _UNSEEN)
+            if field is None or field == "date":
+                continue
+            if field is _UNSEEN or type(value) not in _PLAIN:
+                return None
+            found.append((field, value))
+    except TypeError:  # an unhashable name in a list of pairs
+        return None
+    return tuple(found)
+
+
+_PLAIN = (bytes, str)

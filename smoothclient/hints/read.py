@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import fields as _fields
 from .context import Ctx
-from .fields import GENERIC, FieldAccess, collect
+from .fields import GENERIC, FieldAccess, collect, fingerprint
 from .ietf import ietf, legacy_ietf
 from .model import HeadersLike, Hints, Quota, ResetFormat, hints_of
 from .numbers import parse_number
@@ -100,20 +101,50 @@ def read_fields(
     reset_format: ResetFormat = "auto",
 ) -> Hints:
     """:func:`read_hints` of a container read through ``access`` (the edges' fast path)."""
-    if not _fields.scan(headers, access):
-        return _EMPTY  # the common case: nothing to read
     try:
-        found = collect(headers, access)
+        # ``Date`` is not in the key: a read that looks at it asks for the time, and is not kept
+        pairs = list(access.pairs(headers))  # looked at up to twice
+        seen = fingerprint(pairs)
+        if seen == ():
+            return _EMPTY  # every name seen before, and none can hold a hint
+        key = None if seen is None else (reset_format, seen)
+        if key is not None:
+            hints = _READS.get(key)
+            if hints is not None and not log.isEnabledFor(logging.DEBUG):  # debug: each logs
+                return hints
+        found = collect(pairs)
     except Exception:  # never crash on server input (or an odd container)
         log.debug("could not read header hints; ignoring them", exc_info=True)
         return _EMPTY
     if not found:
         return _EMPTY
     ctx = Ctx(found, time.time() if now is None else float(now), reset_format)
+    hints = _read(ctx)
+    if key is not None and not ctx.timed:  # the same fields read the same at any time: kept
+        _keep(key, hints)
+    return hints
+
+
+def _read(ctx: Ctx) -> Hints:
     delay = _safely("Retry-After", retry_after, ctx, None)
     verdict = _safely("should-retry", should_retry, ctx, None)
     quotas = [] if _from_cache(ctx) else _gather_quotas(ctx)
     return hints_of(quotas, retry_after=delay, should_retry=verdict, origin_wide=_global(ctx))
+
+
+#: What reads that did not ask for the time found, by the fields read (with the reset format):
+#: a server sends the same quota fields again and again (``RateLimit: "d";r=900;t=60``), and
+#: reading them is most of a response's cost.  Bounded (oldest out); shared by every edge.
+_READS: dict[tuple[object, ...], Hints] = {}
+MAX_READS = 512
+_READS_LOCK = threading.Lock()
+
+
+def _keep(key: tuple[object, ...], hints: Hints) -> None:
+    with _READS_LOCK:
+        _READS[key] = hints
+        while len(_READS) > MAX_READS:
+            del _READS[next(iter(_READS))]
 
 
 def _global(ctx: Ctx) -> bool:
