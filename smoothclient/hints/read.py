@@ -101,12 +101,12 @@ def read_fields(
     reset_format: ResetFormat = "auto",
 ) -> Hints:
     """:func:`read_hints` of a container read through ``access`` (the edges' fast path)."""
+    if not _fields.scan(headers, access):
+        return _EMPTY  # the common case: nothing to read
     try:
         # ``Date`` is not in the key: a read that looks at it asks for the time, and is not kept
         pairs = list(access.pairs(headers))  # looked at up to twice
         seen = fingerprint(pairs)
-        if seen == ():
-            return _EMPTY  # every name seen before, and none can hold a hint
         key = None if seen is None else (reset_format, seen)
         if key is not None:
             hints = _READS.get(key)
