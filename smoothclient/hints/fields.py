@@ -31,7 +31,6 @@ __all__ = [
     "FieldAccess",
     "KnownNames",
     "collect",
-    "fingerprint",
     "is_relevant",
     "scan",
     "text",
@@ -207,28 +206,3 @@ def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]
             continue
         fields.setdefault(key, []).append(value_text.strip(" \t"))
     return fields
-
-
-def fingerprint(pairs: Iterable[tuple[object, object]]) -> tuple[object, ...] | None:
-    """
-    What :func:`collect` would read of ``pairs``, ``Date`` aside, as a key: fields, raw values.
-
-    ``None`` when that cannot be told without collecting (a name not seen yet, a value neither
-    ``bytes`` nor ``str``, an unhashable name).
-    """
-    known = _KNOWN.fields
-    found: list[object] = []
-    try:
-        for name, value in pairs:
-            field = known.get(name, _UNSEEN)
-            if field is None or field == "date":
-                continue
-            if field is _UNSEEN or type(value) not in _PLAIN:
-                return None
-            found.append((field, value))
-    except TypeError:  # an unhashable name in a list of pairs
-        return None
-    return tuple(found)
-
-
-_PLAIN = (bytes, str)

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import fields as _fields
 from .context import Ctx
-from .fields import GENERIC, FieldAccess, collect, fingerprint
+from .fields import GENERIC, FieldAccess, collect
 from .ietf import ietf, legacy_ietf
 from .model import HeadersLike, Hints, Quota, ResetFormat, hints_of
 from .numbers import parse_number
@@ -104,23 +104,20 @@ def read_fields(
     if not _fields.scan(headers, access):
         return _EMPTY  # the common case: nothing to read
     try:
-        # ``Date`` is not in the key: a read that looks at it asks for the time, and is not kept
-        pairs = list(access.pairs(headers))  # looked at up to twice
-        seen = fingerprint(pairs)
-        key = None if seen is None else (reset_format, seen)
-        if key is not None:
-            hints = _READS.get(key)
-            if hints is not None and not log.isEnabledFor(logging.DEBUG):  # debug: each logs
-                return hints
-        found = collect(pairs)
+        found = collect(headers, access)
     except Exception:  # never crash on server input (or an odd container)
         log.debug("could not read header hints; ignoring them", exc_info=True)
         return _EMPTY
     if not found:
         return _EMPTY
+    # ``Date`` is left out of the key: a read that looks at it asks for the time, and is not kept
+    key = (reset_format, *[(name, *values) for name, values in found.items() if name != "date"])
+    hints = _READS.get(key)
+    if hints is not None and not log.isEnabledFor(logging.DEBUG):  # debug: each read logs
+        return hints
     ctx = Ctx(found, time.time() if now is None else float(now), reset_format)
     hints = _read(ctx)
-    if key is not None and not ctx.timed:  # the same fields read the same at any time: kept
+    if not ctx.timed:  # the same fields read the same at any time: kept
         _keep(key, hints)
     return hints
 
