@@ -24,24 +24,15 @@ log = logging.getLogger("smoothclient.hints")
 class Ctx:
     """Per-response parsing context: the time reference and the reset interpretation."""
 
-    __slots__ = ("_now", "_ref", "fields", "names", "reset_format", "timed")
+    __slots__ = ("_ref", "fields", "names", "now", "reset_format")
 
     def __init__(self, fields: dict[str, list[str]], now: float, reset_format: ResetFormat) -> None:
         """Read ``fields`` (lowercased name -> values) as received at ``now`` (epoch s)."""
         self.fields = fields
         self.names = tuple(fields)  # the key of the per-name-set caches
-        self._now = now
+        self.now = now
         self.reset_format = reset_format
         self._ref: float | None = None
-        #: Whether the read asked for the time (``now``, so ``Date`` too): then what it found
-        #: holds for this moment only; otherwise for any response with the same fields.
-        self.timed = False
-
-    @property
-    def now(self) -> float:
-        """When the response was received (epoch s); asking marks the read :attr:`timed`."""
-        self.timed = True
-        return self._now
 
     @property
     def ref(self) -> float:

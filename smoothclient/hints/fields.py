@@ -194,13 +194,11 @@ def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]
             key = known.get(name, _UNSEEN)
         except TypeError:  # an unhashable name in a list of pairs
             key = _UNSEEN
-        if key is None:
-            continue  # most names: nothing we read
         if key is _UNSEEN:
             key = learn(name)
-            if key is None:
-                continue
-        value_text = value.decode("latin-1") if type(value) is bytes else text(value)
+        if key is None:
+            continue
+        value_text = text(value)
         if len(value_text) > MAX_VALUE:
             log.debug("ignoring %s: its value is over %d characters", key, MAX_VALUE)
             continue

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -110,38 +109,11 @@ def read_fields(
         return _EMPTY
     if not found:
         return _EMPTY
-    # ``Date`` is left out of the key: a read that looks at it asks for the time, and is not kept
-    key = (reset_format, *[(name, *values) for name, values in found.items() if name != "date"])
-    hints = _READS.get(key)
-    if hints is not None and not log.isEnabledFor(logging.DEBUG):  # debug: each read logs
-        return hints
     ctx = Ctx(found, time.time() if now is None else float(now), reset_format)
-    hints = _read(ctx)
-    if not ctx.timed:  # the same fields read the same at any time: kept
-        _keep(key, hints)
-    return hints
-
-
-def _read(ctx: Ctx) -> Hints:
     delay = _safely("Retry-After", retry_after, ctx, None)
     verdict = _safely("should-retry", should_retry, ctx, None)
     quotas = [] if _from_cache(ctx) else _gather_quotas(ctx)
     return hints_of(quotas, retry_after=delay, should_retry=verdict, origin_wide=_global(ctx))
-
-
-#: What reads that did not ask for the time found, by the fields read (with the reset format):
-#: a server sends the same quota fields again and again (``RateLimit: "d";r=900;t=60``), and
-#: reading them is most of a response's cost.  Bounded (oldest out); shared by every edge.
-_READS: dict[tuple[object, ...], Hints] = {}
-MAX_READS = 512
-_READS_LOCK = threading.Lock()
-
-
-def _keep(key: tuple[object, ...], hints: Hints) -> None:
-    with _READS_LOCK:
-        _READS[key] = hints
-        while len(_READS) > MAX_READS:
-            del _READS[next(iter(_READS))]
 
 
 def _global(ctx: Ctx) -> bool:

@@ -920,32 +920,3 @@ def test_wants_body(status: int, headers: dict[str, str], expected: bool) -> Non
 def test_wants_body_odd_values() -> None:
     assert not wants_body(429, {"content-type": "application/json", "content-length": "٣"})
     assert not wants_body(429, [("content-type", "application/json")])  # no .get: no body
-
-
-# --------------------------------------------------------------------------- the reads kept
-
-
-def test_reads_that_ask_no_time_are_kept_others_are_not() -> None:
-    """Fields that read the same at any time are read once; epoch resets and dates every time."""
-    fields = {"RateLimit": '"kept";r=9;t=60', "RateLimit-Policy": '"kept";q=10;w=60'}
-    first = read_hints({**fields, "Date": http_date(NOW)}, now=NOW)
-    later = read_hints({**fields, "Date": http_date(NOW + 500)}, now=NOW + 500)
-    assert later is first  # Date is read only by reads that ask for the time
-    assert read_hints(fields, reset_format="epoch") is not first  # another reading: its own
-    epoch = {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(NOW) + 30)}
-    assert read_hints(epoch, now=NOW).reset_after == pytest.approx(30)
-    assert read_hints(epoch, now=NOW + 10).reset_after == pytest.approx(20)
-    skewed = {"Retry-After": http_date(NOW + 40), "Date": http_date(NOW - 100)}
-    assert read_hints(skewed, now=NOW).retry_after == pytest.approx(140)
-    assert read_hints(skewed, now=NOW + 100).retry_after == pytest.approx(140)
-    assert read_hints({**skewed, "Date": http_date(NOW)}, now=NOW).retry_after == 40
-
-
-def test_kept_reads_still_log_at_debug(caplog: pytest.LogCaptureFixture) -> None:
-    """With debug logging on, every read of a malformed field says why it was ignored."""
-    headers = {"X-RateLimit-Remaining": "lots", "X-RateLimit-Limit": "10"}
-    read_hints(headers)
-    with caplog.at_level("DEBUG", logger="smoothclient.hints"):
-        read_hints(headers)
-        read_hints(headers)
-    assert sum("x-ratelimit-remaining" in r.getMessage() for r in caplog.records) == 2
