@@ -4,7 +4,8 @@ Overhead on a healthy origin: time per request added over the bare transport.
 Four stacks, each with its own bare baseline:
 
 - httpx, in memory: ``httpx.MockTransport`` (only client-side cost is measured), sync; and the
-  same with a server that states its quota (IETF ``RateLimit``) on every response.
+  same with a server that states its quota (IETF ``RateLimit``) on every response, what is
+  left counting down as a real server's does (every answer differs).
 - requests, in memory: urllib3's ``HTTPConnectionPool._make_request`` answers from memory, so
   everything above the socket runs (requests, the adapter, urllib3's ``urlopen`` and its Retry).
 - requests, local server: a real server on 127.0.0.1 in a child process (so its thread does
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import io
+import itertools
 import multiprocessing
 import statistics
 import time
@@ -55,7 +57,9 @@ PLAIN = {
     "Cache-Control": "no-store",
     "X-Request-Id": "4f1c2d",
 }
-QUOTA = {**PLAIN, "RateLimit": '"d";r=900;t=60', "RateLimit-Policy": '"d";q=1000;w=60'}
+POLICY = {**PLAIN, "RateLimit-Policy": '"d";q=100000;w=1'}
+#: What is left counts down as a real server's does (a cache of identical answers is no help).
+_left = itertools.cycle(range(99_999, 50_000, -1))
 
 
 def ok(request: httpx.Request) -> httpx.Response:
@@ -63,7 +67,8 @@ def ok(request: httpx.Request) -> httpx.Response:
 
 
 def ok_with_quota(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, headers=QUOTA, content=b"{}")
+    headers = {**POLICY, "RateLimit": f'"d";r={next(_left)};t=1'}
+    return httpx.Response(200, headers=headers, content=b"{}")
 
 
 Row = tuple[str, str, float, float]  # stack, client, median seconds per call, added over bare
