@@ -88,7 +88,7 @@ def observe(
     elif throttled:
         _throttled(o, s, now, sent_at)
     elif o.learned:
-        _recovered(o, s, now)
+        _recovered(o, s, now, sent_at)
 
 
 def _capped(hints: Hints, cap: float) -> Hints:
@@ -276,7 +276,7 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
             o.cut = None
             o.noise_until = now + 10 * EPOCH
             return
-    if not delivered and not o.learned:
+    if not delivered and not o.learned and throttled < YOUNG_EVIDENCE:
         return  # no evidence of any admitted rate yet: leave it to jittered backoff
     before = pace.rate
     # over a whole EPOCH even on a young origin: what a first burst got through is no rate
@@ -295,12 +295,20 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     pace.tat = max(pace.tat, now)
 
 
-def _recovered(o: OriginState, s: Settings, now: float) -> None:
+def _recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
     pace = o.pace
     if now - o.last_throttle > s.quiet:
         o.learned = False
         pace.rate = None
         o.cut = None
+    elif pace.rate is not None and sent_at is not None and sent_at <= o.last_cut:
+        # in flight at the cut: part of the delivered rate it measured, which it completes
+        # (no sign yet of how the cut rate fares)
+        cut = o.cut
+        top = math.inf if cut is None or cut[1] is None else cut[1]
+        pace.rate = max(pace.rate, min(top, _recent(o.successes, now - EPOCH) / EPOCH))
+        if o.ceiling < math.inf:
+            o.ceiling = max(o.ceiling, pace.rate)
     elif pace.rate is not None:
         # per success: below the measured admitted rate about x1.5 a second (half a
         # request per success), above it PROBE_GAIN req/s a second
