@@ -250,7 +250,16 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
 
     Throttles that do not follow the rate (a flaky proxy answering a share of requests 429
     whatever the rate) must not drive it down without limit: a cut after which the share of
-    throttles did not fall is undone, and throttles are then ignored for a while.
+    throttles did not fall is undone, and throttles are then ignored for a while.  Only when
+    most requests got through before the cut, though: a share of most is a limiter, and in a
+    fleet that shares nothing the others keep it full whatever this process does, so its
+    share does not fall either; undoing that cut made the process unlimited for seconds.
+
+    A fleet's first wave is where its 429s come from: N processes, each with its whole herd,
+    into one bucket.  A process whose answers were all throttles (:data:`YOUNG_EVIDENCE` of
+    them) has measured an admitted rate under one per :data:`EPOCH`: it is paced from half a
+    request per second (or the floor) and slow-starts from there, rather than left to
+    jittered backoff, which sends its herd back in waves until one request gets through.
     """
     pace = o.pace
     o.last_throttle = now
@@ -267,7 +276,14 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     if o.learned and now - o.last_cut < EPOCH / 4:
         return  # the last cut has not shown its effect yet
     cut = o.cut
-    if cut is not None and now - cut[0] >= EPOCH / 2 and (pace.rate or 0) <= 1.25 * cut[3]:
+    if (
+        cut is not None
+        and cut[2] < 0.5
+        and now - cut[0] >= EPOCH / 2
+        and (pace.rate or 0) <= 1.25 * cut[3]
+    ):
+        # (only when most requests got through before the cut: a share of most is a limiter,
+        # into which the others of a fleet keep sending; undoing a cut of it starts a storm)
         # still sending near the rate it cut to: did the cut lower the share of throttles?
         after = cut[0] + 1e-9
         late = _recent(o.throttles, after)
