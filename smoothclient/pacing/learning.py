@@ -300,7 +300,9 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     rate = max(s.learned_floor, delivered / EPOCH if delivered else (before or 1.0) * 0.5)
     if before is not None and o.learned:
         rate = min(rate, before)
-    o.ceiling = rate if o.learned else math.inf
+    # a measured admitted rate is the slow start's ceiling; none got through (a fleet's
+    # others took it all, or this rate sends less than one a measurement) measures nothing
+    o.ceiling = rate if o.learned and delivered else math.inf
     if cut is not None and now - cut[0] < 3 * EPOCH:
         before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
     o.cut = (now, before, share, rate)

@@ -96,3 +96,24 @@ def test_a_cut_into_a_limiter_the_others_keep_full_is_not_undone_as_noise() -> N
         learning.observe(o, s, status, Hints(), now, sent_at=now - 0.01, counted=False)
         assert o.pace.rate is not None
         assert o.pace.rate <= 2 * s.learned_floor
+
+
+def test_a_cut_that_measured_nothing_sets_no_ceiling() -> None:
+    """
+    At the floor, a second throttle finds nothing delivered in the last second: no measure.
+
+    So the slow start that follows is not capped there: once the others of the fleet are
+    done, the rate climbs back multiplicatively, not by :data:`PROBE_GAIN` a second.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.first_seen = 0.0
+    for _ in range(learning.YOUNG_EVIDENCE):
+        learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
+    learning.observe(o, s, 429, Hints(), 2.0, sent_at=1.99, counted=False)
+    assert o.pace.rate == s.learned_floor
+    now = 2.0
+    for _ in range(6):
+        now += 0.25
+        learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
+    assert o.pace.rate is not None
+    assert o.pace.rate >= s.learned_floor + 6 * 0.5
