@@ -243,7 +243,8 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     share, which is its rate times (admitted / sum of rates): a multiplicative decrease by the
     same measured factor for all.  Between throttles the rate grows: multiplicatively until
     it reaches the last measured admitted rate (a slow start; the first measurement, taken
-    during the first burst, is no ceiling), then additively by :data:`PROBE_GAIN` per second.
+    during the first burst, is no ceiling, nor is a cut that found nothing delivered), then
+    additively by :data:`PROBE_GAIN` per second.
     Additive increase with multiplicative decrease is the law that converges N senders to
     fair shares without starving any (Chiu and Jain, 1989), and measuring the decrease keeps
     one sender at 90-100% of the admitted rate.
