@@ -172,6 +172,7 @@ class CallFlow:
         self.rebind = rebind
         self.base = tracker  # what the request is bound by when no scope binds it
         self.record = RecordBuilder()
+        self.jittered = False  # the last retry's wait was drawn at random (no rate to pace at)
 
     def _sleep(self, seconds: float) -> Sleep:
         self.record.waits.append(seconds)
@@ -242,6 +243,10 @@ class CallFlow:
         if cap is not None:
             latest = max(began, not_before) + cap
             deadline = latest if deadline is None else min(deadline, latest)
+        if self.jittered and backoff > 0:
+            # a wait drawn before the origin had a rate: the slot is asked for at its end, so
+            # a rate learned meanwhile (from the answers to the rest of a herd) paces it too
+            yield self._sleep(backoff)
         while True:
             if self.rebind is not None:  # the scopes learned since bind the request too
                 self.tracker = self.rebind(False) or self.base
@@ -299,7 +304,9 @@ class CallFlow:
         else:  # pragma: no cover - edges always send a result
             msg = "the edge sent no result for SEND"
             raise TypeError(msg)
-        decision = decide(policy, state, outcome, now=now, rng=self.rng, cohort=tracker.cohort(now))
+        cohort = tracker.cohort(now)
+        self.jittered = not cohort.paced
+        decision = decide(policy, state, outcome, now=now, rng=self.rng, cohort=cohort)
         budget = policy.budget  # checked and taken in one step, only for a real retry
         if isinstance(decision, Retry) and budget and not tracker.try_retry(budget, now):
             return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome

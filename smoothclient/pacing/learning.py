@@ -88,7 +88,7 @@ def observe(
     elif throttled:
         _throttled(o, s, now, sent_at)
     elif o.learned:
-        _recovered(o, s, now)
+        _recovered(o, s, now, sent_at)
 
 
 def _capped(hints: Hints, cap: float) -> Hints:
@@ -282,14 +282,24 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     share, which is its rate times (admitted / sum of rates): a multiplicative decrease by the
     same measured factor for all.  Between throttles the rate grows: multiplicatively until
     it reaches the last measured admitted rate (a slow start; the first measurement, taken
-    during the first burst, is no ceiling), then additively by :data:`PROBE_GAIN` per second.
+    during the first burst, is no ceiling, nor is a cut that found nothing delivered), then
+    additively by :data:`PROBE_GAIN` per second.
     Additive increase with multiplicative decrease is the law that converges N senders to
     fair shares without starving any (Chiu and Jain, 1989), and measuring the decrease keeps
     one sender at 90-100% of the admitted rate.
 
     Throttles that do not follow the rate (a flaky proxy answering a share of requests 429
     whatever the rate) must not drive it down without limit: a cut after which the share of
-    throttles did not fall is undone, and throttles are then ignored for a while.
+    throttles did not fall is undone, and throttles are then ignored for a while.  Only when
+    most requests got through before the cut, though: a share of most is a limiter, and in a
+    fleet that shares nothing the others keep it full whatever this process does, so its
+    share does not fall either; undoing that cut made the process unlimited for seconds.
+
+    A fleet's first wave is where its 429s come from: N processes, each with its whole herd,
+    into one bucket.  A process whose answers were all throttles (:data:`YOUNG_EVIDENCE` of
+    them) has measured an admitted rate under one per :data:`EPOCH`: it is paced from half a
+    request per second (or the floor) and slow-starts from there, rather than left to
+    jittered backoff, which sends its herd back in waves until one request gets through.
     """
     pace = o.pace
     o.last_throttle = now
@@ -306,7 +316,14 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     if o.learned and now - o.last_cut < EPOCH / 4:
         return  # the last cut has not shown its effect yet
     cut = o.cut
-    if cut is not None and now - cut[0] >= EPOCH / 2 and (pace.rate or 0) <= 1.25 * cut[3]:
+    if (
+        cut is not None
+        and cut[2] < 0.5
+        and now - cut[0] >= EPOCH / 2
+        and (pace.rate or 0) <= 1.25 * cut[3]
+    ):
+        # (only when most requests got through before the cut: a share of most is a limiter,
+        # into which the others of a fleet keep sending; undoing a cut of it starts a storm)
         # still sending near the rate it cut to: did the cut lower the share of throttles?
         after = cut[0] + 1e-9
         late = _recent(o.throttles, after)
@@ -315,7 +332,7 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
             o.cut = None
             o.noise_until = now + 10 * EPOCH
             return
-    if not delivered and not o.learned:
+    if not delivered and not o.learned and throttled < YOUNG_EVIDENCE:
         return  # no evidence of any admitted rate yet: leave it to jittered backoff
     before = pace.rate
     # over a whole EPOCH even on a young origin: what a first burst got through is no rate
@@ -323,7 +340,9 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     rate = max(s.learned_floor, delivered / EPOCH if delivered else (before or 1.0) * 0.5)
     if before is not None and o.learned:
         rate = min(rate, before)
-    o.ceiling = rate if o.learned else math.inf
+    # a measured admitted rate is the slow start's ceiling; none got through (a fleet's
+    # others took it all, or this rate sends less than one a measurement) measures nothing
+    o.ceiling = rate if o.learned and delivered else math.inf
     if cut is not None and now - cut[0] < 3 * EPOCH:
         before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
     o.cut = (now, before, share, rate)
@@ -334,12 +353,20 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     pace.tat = max(pace.tat, now)
 
 
-def _recovered(o: OriginState, s: Settings, now: float) -> None:
+def _recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
     pace = o.pace
     if now - o.last_throttle > s.quiet:
         o.learned = False
         pace.rate = None
         o.cut = None
+    elif pace.rate is not None and sent_at is not None and sent_at <= o.last_cut:
+        # in flight at the cut: part of the delivered rate it measured, which it completes
+        # (no sign yet of how the cut rate fares)
+        cut = o.cut
+        top = math.inf if cut is None or cut[1] is None else cut[1]
+        pace.rate = max(pace.rate, min(top, _recent(o.successes, now - EPOCH) / EPOCH))
+        if o.ceiling < math.inf:
+            o.ceiling = max(o.ceiling, pace.rate)
     elif pace.rate is not None:
         # per success: below the measured admitted rate about x1.5 a second (half a
         # request per success), above it PROBE_GAIN req/s a second

@@ -1,0 +1,119 @@
+"""
+The rate controller for limiters that say nothing but 429, in fleets that share nothing.
+
+N processes, each with its own pacer, against one limiter, in virtual time (see
+:func:`~smoothclient.tools.limiters.run_herd`).  Medians over a few seeds: trio shuffles
+task order, and one seed is one draw of everyone's jitter.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from smoothclient import Hints
+from smoothclient.pacing import learning
+from smoothclient.pacing import state as st
+from smoothclient.tools.limiters import Limiter, Style, TokenBucket, Verdict, run_herd
+
+SEEDS = range(5)
+
+
+def nginx() -> TokenBucket:
+    """nginx ``limit_req`` 10 r/s burst 5 nodelay: a bucket of 6, bare 429s."""
+    return TokenBucket(10, 1.0, 6)
+
+
+def retry_after_only() -> TokenBucket:
+    """5 r/s, a bucket of 3, ``Retry-After: 1`` on every 429 and nothing else."""
+    return TokenBucket(5, 1.0, 3)
+
+
+@pytest.mark.parametrize("procs", [3, 6])
+@pytest.mark.parametrize(
+    ("make", "style", "retry_after"),
+    [(nginx, "bare", None), (retry_after_only, "retry-after", 1.0)],
+    ids=["bare 429", "Retry-After only"],
+)
+def test_a_fleet_sharing_nothing_sends_few_extra_429s(
+    make: Callable[[], Limiter], style: Style, retry_after: float | None, procs: int
+) -> None:
+    """Beyond the unavoidable first wave, at most half a 429 per call; near the ideal time."""
+    results = [
+        run_herd(make(), style, 20, procs=procs, retry_after=retry_after, seed=seed)
+        for seed in SEEDS
+    ]
+    assert all(r.failed == 0 for r in results)
+    assert statistics.median(r.extra_429s_per_call for r in results) <= 0.5
+    assert statistics.median(r.ratio for r in results) <= 1.75
+
+
+@dataclass
+class Logged(TokenBucket):
+    """A token bucket that remembers when it admitted a request."""
+
+    admitted: list[float] = field(default_factory=list)
+
+    def hit(self, now: float) -> Verdict:
+        verdict = super().hit(now)
+        if verdict.admitted:
+            self.admitted.append(now)
+        return verdict
+
+
+@pytest.mark.parametrize("rate", [10, 40])
+def test_one_pacer_reaches_the_admitted_rate_within_seconds(rate: int) -> None:
+    """Alone, a learned rate gets 90% of what the limiter admits from the fifth second on."""
+    limiter = Logged(rate, 1.0, 6)
+    result = run_herd(limiter, "bare", rate * 10)
+    assert result.failed == 0
+    got = sum(1 for t in limiter.admitted if 4.0 <= t < 9.0)
+    assert got >= 0.9 * rate * 5
+    assert result.extra_429s_per_call <= 0.1
+
+
+def test_a_cut_into_a_limiter_the_others_keep_full_is_not_undone_as_noise() -> None:
+    """
+    Nothing but throttles, and still mostly throttles after the cut: the rest of a fleet.
+
+    Noise (a share of 429s whatever the rate) is told by most requests getting through; here
+    undoing the cut would make the process unlimited for a while: a storm of 429s.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.first_seen = 0.0
+    for _ in range(learning.YOUNG_EVIDENCE):  # a herd's first wave: all rejected
+        learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
+    assert o.pace.rate == s.learned_floor  # paced, not left to backoff
+    for _ in range(learning.YOUNG_EVIDENCE):  # the rest of the wave, answered after the cut
+        learning.observe(o, s, 429, Hints(), 0.02, sent_at=0.0, counted=False)
+    now = 0.02
+    while now < 3.0:  # its retries, at its rate, still mostly rejected
+        now += 1.0 / s.learned_floor
+        status = 200 if int(now) % 3 == 0 else 429
+        learning.observe(o, s, status, Hints(), now, sent_at=now - 0.01, counted=False)
+        assert o.pace.rate is not None
+        assert o.pace.rate <= 2 * s.learned_floor
+
+
+def test_a_cut_that_measured_nothing_sets_no_ceiling() -> None:
+    """
+    At the floor, a second throttle finds nothing delivered in the last second: no measure.
+
+    So the slow start that follows is not capped there: once the others of the fleet are
+    done, the rate climbs back multiplicatively, not by :data:`PROBE_GAIN` a second.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.first_seen = 0.0
+    for _ in range(learning.YOUNG_EVIDENCE):
+        learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
+    learning.observe(o, s, 429, Hints(), 2.0, sent_at=1.99, counted=False)
+    assert o.pace.rate == s.learned_floor
+    now = 2.0
+    for _ in range(6):
+        now += 0.25
+        learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
+    assert o.pace.rate is not None
+    assert o.pace.rate >= s.learned_floor + 6 * 0.5
