@@ -313,8 +313,7 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         raise TypeError(_WRONG_CLIENT.format("httpx.AsyncClient", "AsyncSmoothTransport"))
 
     def _attempt(self, request: httpx.Request, left: float | None) -> httpx.Response:
-        response = self.transport.handle_request(_cut(request, left))
-        return response if response.status_code < 400 else _read(response)
+        return _read(self.transport.handle_request(_cut(request, left)))
 
     @staticmethod
     def _discard(response: httpx.Response) -> None:
