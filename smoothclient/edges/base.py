@@ -148,6 +148,12 @@ class EdgeCore:
         core.lane = FastLane(self.pacer, policy, self._access, self.bind)
         return core
 
+    def _started(self) -> tuple[float, float | None]:
+        """Now, and the call's deadline from now (it counts the first attempt too)."""
+        started = self.pacer.clock()
+        timeout = self.policy.timeout
+        return started, None if timeout is None else started + timeout
+
     def _within(
         self, send: Callable[[A, float | None], T], deadline: float | None
     ) -> Callable[[A], T]:
@@ -210,9 +216,7 @@ class EdgeCore:
         ``send(request, left)`` sends one attempt; ``left`` is what remains of the policy's
         deadline (``None``: none), which the attempt's own timeouts must not exceed.
         """
-        started = self.pacer.clock()  # the deadline counts the first attempt too
-        timeout = self.policy.timeout
-        deadline = None if timeout is None else started + timeout
+        started, deadline = self._started()
         try:
             response, first, record, lane, tracker = first_try(
                 self.lane, origin, send, request, deadline, failure_of, reply_of
@@ -249,9 +253,7 @@ class EdgeCore:
         sleep: Callable[[float], Awaitable[object]],
     ) -> tuple[R, dict[str, Any]]:
         """Async twin of :meth:`call`."""
-        started = self.pacer.clock()
-        timeout = self.policy.timeout
-        deadline = None if timeout is None else started + timeout
+        started, deadline = self._started()
         try:
             response, first, record, lane, tracker = await first_try_async(
                 self.lane, origin, send, request, deadline, failure_of, reply_of, self.offload
