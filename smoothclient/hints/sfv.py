@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import string
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -40,46 +40,102 @@ class Item:
     params: Params = field(default_factory=dict)
 
 
-_TCHAR = set("!#$%&'*+-.^_`|~" + string.ascii_letters + string.digits + ":/")
-_KEY_START = set(string.ascii_lowercase + "*")
-_KEY_CHAR = set(string.ascii_lowercase + string.digits + "_-.*")
+_BARE = (
+    r'"((?:[ !#-\[\]-~]|\\["\\])*)"'  # an sf-string (its escapes undone later)
+    r"|(-?[0-9]+(?:\.[0-9]*)?)"  # an integer or a decimal (their lengths checked later)
+    r"|([A-Za-z*][!#$%&'*+\-.^_`|~0-9A-Za-z:/]*)"  # a token
+    r"|\?([01])"  # a boolean
+    r"|:([A-Za-z0-9+/=]*):"  # a byte sequence
+    r"|@(-?[0-9]+(?:\.[0-9]*)?)"  # a date
+)
+#: A bare item (groups 1-6, one per kind), and a parameter (group 1 its key, 2-7 its value):
+#: each matched in one step, since the edges parse a RateLimit field on every response.
+_ITEM = re.compile(_BARE)
+_PARAM = re.compile(r"; *([a-z*][a-z0-9_.*-]*)(?:=(?:" + _BARE + "))?")
+_OWS = re.compile(r"[ \t]*")
+_SP = re.compile(r" *")
+_KEY = re.compile(r"[a-z*][a-z0-9_.*-]*")
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def _number(text: str) -> int | Decimal:
+    whole, dot, fraction = text.lstrip("-").partition(".")
+    if not dot:
+        if len(whole) > 15:
+            raise SFVError("integer too long")
+        return int(text)
+    if len(whole) > 12:
+        raise SFVError("decimal too long")
+    if not 1 <= len(fraction) <= 3:
+        raise SFVError("bad decimal fraction")
+    return Decimal(text)
+
+
+def _bare(match: re.Match[str], first: int) -> BareItem:
+    """The bare item ``match`` found, its kind's group numbered from ``first``."""
+    kind = match.lastindex
+    assert kind is not None
+    text = match.group(kind)
+    kind -= first
+    if kind == 0:
+        return _ESCAPE.sub(r"\1", text) if "\\" in text else text
+    if kind == 1:
+        return _number(text)
+    if kind == 2:
+        return Token(text)
+    if kind == 3:
+        return text == "1"
+    if kind == 4:
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise SFVError("bad byte sequence") from exc
+    value = _number(text)
+    if not isinstance(value, int):
+        raise SFVError("date must be an integer")
+    return value
 
 
 class _Parser:
+    __slots__ = ("i", "s")
+
     def __init__(self, text: str) -> None:
         if not text.isascii():
             raise SFVError("non-ASCII field value")
         self.s = text.strip(" \t")
         self.i = 0
 
-    def peek(self) -> str:
-        return self.s[self.i] if self.i < len(self.s) else ""
-
     def done(self) -> bool:
         return self.i >= len(self.s)
 
     def expect(self, char: str) -> None:
-        if self.peek() != char:
+        if not self.s.startswith(char, self.i):
             raise SFVError(f"expected {char!r} at {self.i}")
         self.i += 1
 
-    def skip(self, chars: str) -> None:
-        while self.peek() and self.peek() in chars:
-            self.i += 1
+    def skip(self, pattern: re.Pattern[str]) -> None:
+        self.i = self._match(pattern, "").end()  # these patterns match at least ""
+
+    def _match(self, pattern: re.Pattern[str], what: str) -> re.Match[str]:
+        match = pattern.match(self.s, self.i)
+        if match is None:
+            raise SFVError(f"bad {what} at {self.i}")
+        self.i = match.end()
+        return match
 
     def members(self, parse_one: Callable[[], None]) -> None:
         while not self.done():
             parse_one()
-            self.skip(" \t")
+            self.skip(_OWS)
             if self.done():
                 return
             self.expect(",")
-            self.skip(" \t")
+            self.skip(_OWS)
             if self.done():
                 raise SFVError("trailing comma")
 
     def item_or_inner_list(self) -> Item:
-        if self.peek() == "(":
+        if self.s.startswith("(", self.i):
             return self.inner_list()
         value = self.bare_item()
         return Item(value, self.params())
@@ -88,126 +144,26 @@ class _Parser:
         self.expect("(")
         items: list[Item] = []
         while True:
-            self.skip(" ")
-            if self.peek() == ")":
+            self.skip(_SP)
+            if self.s.startswith(")", self.i):
                 self.i += 1
                 return Item(tuple(items), self.params())
             items.append(Item(self.bare_item(), self.params()))
-            if self.peek() not in (" ", ")"):
+            if not self.s.startswith((" ", ")"), self.i):
                 raise SFVError("bad inner list")
+
+    def bare_item(self) -> BareItem:
+        return _bare(self._match(_ITEM, "item"), 1)
 
     def params(self) -> Params:
         params: Params = {}
-        while self.peek() == ";":
-            self.i += 1
-            self.skip(" ")
-            key = self.key()
-            value: BareItem = True
-            if self.peek() == "=":
-                self.i += 1
-                value = self.bare_item()
-            params[key] = value
+        while self.s.startswith(";", self.i):
+            match = self._match(_PARAM, "parameter")
+            params[match.group(1)] = True if match.lastindex == 1 else _bare(match, 2)
         return params
 
     def key(self) -> str:
-        if self.peek() not in _KEY_START or not self.peek():
-            raise SFVError(f"bad key at {self.i}")
-        start = self.i
-        while self.peek() and self.peek() in _KEY_CHAR:
-            self.i += 1
-        return self.s[start : self.i]
-
-    def bare_item(self) -> BareItem:
-        c = self.peek()
-        if c == "-" or c.isdigit():
-            return self.number()
-        if c == '"':
-            return self.sf_string()
-        if c == ":":
-            return self.byte_sequence()
-        if c == "?":
-            return self.boolean()
-        if c == "@":
-            self.i += 1
-            value = self.number()
-            if not isinstance(value, int):
-                raise SFVError("date must be an integer")
-            return value
-        if c and (c.isalpha() or c == "*"):
-            return self.token()
-        raise SFVError(f"bad item at {self.i}")
-
-    def number(self) -> int | Decimal:
-        start = self.i
-        if self.peek() == "-":
-            self.i += 1
-        digits_start = self.i
-        while self.peek().isdigit():
-            self.i += 1
-        int_len = self.i - digits_start
-        if int_len == 0:
-            raise SFVError("number without digits")
-        if self.peek() != ".":
-            if int_len > 15:
-                raise SFVError("integer too long")
-            return int(self.s[start : self.i])
-        if int_len > 12:
-            raise SFVError("decimal too long")
-        self.i += 1
-        frac_start = self.i
-        while self.peek().isdigit():
-            self.i += 1
-        if not 1 <= self.i - frac_start <= 3:
-            raise SFVError("bad decimal fraction")
-        return Decimal(self.s[start : self.i])
-
-    def sf_string(self) -> str:
-        self.expect('"')
-        out: list[str] = []
-        while True:
-            c = self.peek()
-            if not c:
-                raise SFVError("unterminated string")
-            self.i += 1
-            if c == '"':
-                return "".join(out)
-            if c == "\\":
-                nxt = self.peek()
-                if nxt not in ('"', "\\"):
-                    raise SFVError("bad escape")
-                self.i += 1
-                out.append(nxt)
-            elif not " " <= c <= "~":
-                raise SFVError("bad string character")
-            else:
-                out.append(c)
-
-    def token(self) -> Token:
-        start = self.i
-        self.i += 1
-        while self.peek() and self.peek() in _TCHAR:
-            self.i += 1
-        return Token(self.s[start : self.i])
-
-    def byte_sequence(self) -> bytes:
-        self.expect(":")
-        end = self.s.find(":", self.i)
-        if end < 0:
-            raise SFVError("unterminated byte sequence")
-        raw = self.s[self.i : end]
-        self.i = end + 1
-        try:
-            return base64.b64decode(raw, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise SFVError("bad byte sequence") from exc
-
-    def boolean(self) -> bool:
-        self.expect("?")
-        c = self.peek()
-        if c not in ("0", "1"):
-            raise SFVError("bad boolean")
-        self.i += 1
-        return c == "1"
+        return self._match(_KEY, "key").group()
 
 
 def parse_list(text: str) -> list[Item]:
@@ -231,7 +187,7 @@ def parse_dictionary(text: str) -> dict[str, Item]:
 
     def member() -> None:
         key = p.key()
-        if p.peek() == "=":
+        if p.s.startswith("=", p.i):
             p.i += 1
             out[key] = p.item_or_inner_list()
         else:

@@ -244,14 +244,10 @@ class Pacer:
             if not pairs:
                 return None
         tracker = self._store.peek(origin) or self._store.tracker(origin)
-        return Bound(
-            tracker,
-            pairs,
-            given=given,
-            route=route,
-            book=book,
-            origin_bound=not tracker.healthy(self.clock()),
-        )
+        origin_bound = not tracker.healthy(self.clock())
+        if not given:  # the scopes the server named on this route: one Bound for them all
+            return book.bound(tracker, route, pairs, origin_bound)
+        return Bound(tracker, pairs, given=given, route=route, book=book, origin_bound=origin_bound)
 
     def _told(
         self, origin: str, route: str, book: OriginScopes | None, fresh: bool

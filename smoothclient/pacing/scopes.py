@@ -207,10 +207,11 @@ class OriginScopes:
 
     Trackers come from ``make`` (the store) once and are kept here, so binding a request
     costs two dictionary reads.  A route keeps the trackers it was bound to even after its
-    scope name is forgotten (at most ``max_routes`` x 4 of them).
+    scope name is forgotten (at most ``max_routes`` x 4 of them).  The :class:`Bound` of a
+    route's learned scopes is made once and shared by its requests (:meth:`bound`).
     """
 
-    __slots__ = ("_lock", "_make", "_trackers", "max_scopes", "routes")
+    __slots__ = ("_bound", "_lock", "_make", "_trackers", "max_scopes", "routes")
 
     def __init__(
         self,
@@ -224,6 +225,24 @@ class OriginScopes:
         self._make = make
         self._trackers: OrderedDict[str, Tracker] = OrderedDict()
         self._lock = threading.Lock()
+        self._bound: dict[tuple[str, bool], Bound] = {}
+
+    def bound(self, origin: Tracker, route: str, pairs: Pairs, origin_bound: bool) -> Bound:
+        """
+        The :class:`Bound` of a request on ``route`` bound by ``pairs`` (its learned scopes).
+
+        A Bound holds no state of its own, so one serves every request while the route's
+        scopes stay the same: made again only when they change (or the origin's tracker does).
+        """
+        key = (route, origin_bound)
+        found = self._bound.get(key)
+        if found is None or found.scopes is not pairs or found.origin is not origin:
+            if len(self._bound) >= 2 * self.routes.limit:
+                self._bound.clear()  # bounded: the routes in use are made again
+            found = self._bound[key] = Bound(
+                origin, pairs, given=(), route=route, book=self, origin_bound=origin_bound
+            )
+        return found
 
     def pairs(self, names: Iterable[str]) -> Pairs:
         """The tracker of each scope named (made if new), marked recently used."""

@@ -47,6 +47,24 @@ def test_ten_thousand_ids_make_one_route() -> None:
     assert pacer.routes(ORIGIN) == {"GET /users/{}/repos": ("core",)}
 
 
+def test_requests_on_a_route_share_one_bound_until_its_scopes_change() -> None:
+    clock = FakeClock(0.0)
+    pacer = Pacer(clock=clock, probe=0)
+    core = read_hints({"x-ratelimit-remaining": "10", "x-ratelimit-resource": "core"}, now=NOW)
+    late = pacer._bind(ORIGIN, ("GET", "/users/1"), route, late=True)
+    assert late is not None
+    late.observe(200, core, clock(), counted=False)
+    first = pacer._bind(ORIGIN, ("GET", "/users/2"), route)
+    assert isinstance(first, Bound)
+    assert pacer._bind(ORIGIN, ("GET", "/users/3"), route) is first  # nothing made per request
+    search = read_hints({"x-ratelimit-remaining": "5", "x-ratelimit-resource": "search"}, now=NOW)
+    first.observe(200, search, clock(), counted=False)  # the route now names another scope
+    again = pacer._bind(ORIGIN, ("GET", "/users/4"), route)
+    assert isinstance(again, Bound)
+    assert again is not first
+    assert [name for name, _ in again.scopes] == ["search"]
+
+
 def test_routes_and_scopes_per_origin_are_bounded() -> None:
     clock = FakeClock(0.0)
     pacer = Pacer(clock=clock, probe=0, max_routes=4, max_scopes=3, max_origins=2)
