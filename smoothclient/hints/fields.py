@@ -68,9 +68,12 @@ MAX_VALUE = 4096
 
 def text(value: object) -> str:
     """A header name or value as ``str`` (bytes are latin-1, as HTTP fields are)."""
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("latin-1")
+    if isinstance(value, _BYTES):
+        return value.decode("latin-1")
     return str(value)
+
+
+_BYTES = (bytes, bytearray)
 
 
 def is_relevant(name: str) -> bool:
