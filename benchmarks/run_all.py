@@ -14,6 +14,7 @@ BENCHMARKS = [
     ("Herd and batch against a local rate-limited server", "herd.py"),
     ("Real rate limiters: nginx, slowapi windows, Retry-After only", "limiters.py"),
     ("Per-request overhead on a healthy origin", "overhead.py"),
+    ("Per-request overhead in instructions", "instructions.py"),
     ("A fleet's shared Redis store: what a request costs", "redis_store.py"),
     ("Cache expiry, stampedes and hot keys", "cache_expiry.py"),
 ]

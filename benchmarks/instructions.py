@@ -1,0 +1,102 @@
+"""
+Overhead in machine instructions: what smoothclient adds to a request, counted by valgrind.
+
+Timings on a shared machine drift with its load; instruction counts do not, so they tell
+whether a change made the hot path cheaper when the timed rows of ``overhead.py`` cannot.
+Each stack runs N and 3N requests through httpx's ``MockTransport`` (bare, then wrapped by
+``SmoothTransport``) under ``valgrind --tool=callgrind``; the difference of the two runs,
+divided by 2N, is a request's count without the start-up.  "added" is wrapped minus bare.
+Two servers: a plain one, and one stating its quota (IETF ``RateLimit``) on every response,
+what is left counting down.  Skipped, with a message, when valgrind is not installed.
+Run: python benchmarks/instructions.py [--requests 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import shutil
+import subprocess
+import sys
+
+import httpx
+
+import smoothclient
+
+PLAIN = {
+    "Server": "nginx",
+    "Date": "Sun, 22 Nov 2026 20:00:00 GMT",
+    "Content-Type": "application/json",
+    "Cache-Control": "no-store",
+    "X-Request-Id": "4f1c2d",
+}
+POLICY = {**PLAIN, "RateLimit-Policy": '"d";q=100000;w=1'}
+_left = itertools.cycle(range(99_999, 50_000, -1))
+
+
+def ok(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, headers=PLAIN, content=b"{}")
+
+
+def ok_with_quota(request: httpx.Request) -> httpx.Response:
+    headers = {**POLICY, "RateLimit": f'"d";r={next(_left)};t=1'}
+    return httpx.Response(200, headers=headers, content=b"{}")
+
+
+SERVERS = {"plain": ok, "RateLimit": ok_with_quota}
+
+
+def child(server: str, wrapped: bool, requests: int) -> None:
+    """Send ``requests`` requests (run under valgrind)."""
+    transport: httpx.BaseTransport = httpx.MockTransport(SERVERS[server])
+    if wrapped:
+        transport = smoothclient.SmoothTransport(transport)
+    with httpx.Client(transport=transport) as client:
+        for _ in range(requests):
+            client.get("http://api.test/x")
+
+
+def count(server: str, wrapped: bool, requests: int) -> int:
+    """Instructions of a whole child run."""
+    args = [sys.argv[0], "--child", server, "--requests", str(requests)]
+    if wrapped:
+        args.append("--wrapped")
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no count in valgrind's output: {done.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def per_request(server: str, wrapped: bool, n: int) -> float:
+    return (count(server, wrapped, 3 * n) - count(server, wrapped, n)) / (2 * n)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--child", choices=sorted(SERVERS), help=argparse.SUPPRESS)
+    parser.add_argument("--wrapped", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.wrapped, args.requests)
+        return
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed: instruction counts skipped (apt-get install valgrind)")
+        return
+    print("| server | bare, instructions per request | smoothclient | added |")
+    print("|---|---|---|---|")
+    for server in SERVERS:
+        bare = per_request(server, False, args.requests)
+        smooth = per_request(server, True, args.requests)
+        print(f"| {server} | {bare:,.0f} | {smooth:,.0f} | +{smooth - bare:,.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
