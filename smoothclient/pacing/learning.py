@@ -283,7 +283,10 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     same measured factor for all.  Between throttles the rate grows: multiplicatively until
     it reaches the last measured admitted rate (a slow start; the first measurement, taken
     during the first burst, is no ceiling, nor is a cut that found nothing delivered), then
-    additively by :data:`PROBE_GAIN` per second.
+    additively by :data:`PROBE_GAIN` per second.  A ceiling is a share as much as a limit:
+    a whole :data:`EPOCH` at or above it without a throttle refutes it (the others of a
+    fleet are done), and the slow start resumes (a slow-start restart, not a crawl by
+    :data:`PROBE_GAIN` a second into a limiter left idle).
     Additive increase with multiplicative decrease is the law that converges N senders to
     fair shares without starving any (Chiu and Jain, 1989), and measuring the decrease keeps
     one sender at 90-100% of the admitted rate.
@@ -370,4 +373,8 @@ def _recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     elif pace.rate is not None:
         # per success: below the measured admitted rate about x1.5 a second (half a
         # request per success), above it PROBE_GAIN req/s a second
+        if pace.rate >= o.ceiling and now - o.last_throttle >= EPOCH:
+            # a whole EPOCH without a throttle at or above the measured admitted rate: no
+            # longer the limit (the others of a fleet are done): slow start again
+            o.ceiling = math.inf
         pace.rate += 0.5 if pace.rate < o.ceiling else PROBE_GAIN / pace.rate

@@ -8,6 +8,7 @@ task order, and one seed is one draw of everyone's jitter.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -117,3 +118,32 @@ def test_a_cut_that_measured_nothing_sets_no_ceiling() -> None:
         learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
     assert o.pace.rate is not None
     assert o.pace.rate >= s.learned_floor + 6 * 0.5
+
+
+def test_a_ceiling_no_throttle_confirms_for_an_epoch_is_refuted() -> None:
+    """
+    Cut to its share of a fleet, then the others are done: the limiter has room to spare.
+
+    A whole EPOCH at the measured ceiling without a throttle refutes it: the slow start
+    resumes instead of climbing by PROBE_GAIN a second (an nginx 3x20 fleet's last process
+    crawled at 1-3 req/s for five seconds alone: 1.9x the ideal).
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.first_seen = 0.0
+    for _ in range(learning.YOUNG_EVIDENCE):
+        learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
+    now = 0.01
+    for _ in range(8):  # slow start: 0.5 req/s up to 2 and beyond
+        now += 0.25
+        learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
+    now += 0.25
+    learning.observe(o, s, 429, Hints(), now, sent_at=now - 0.01, counted=False)
+    cut = o.pace.rate
+    assert cut is not None
+    assert o.ceiling == cut  # measured: what got through in the last second
+    for _ in range(12):  # three seconds at the cut rate, no throttle
+        now += 0.25
+        learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
+    assert o.ceiling == math.inf
+    assert o.pace.rate is not None
+    assert o.pace.rate >= cut + 3.0  # not cut + 3 * PROBE_GAIN
