@@ -150,6 +150,7 @@ class OriginState:
     admitted_since: float | None = None
     admitted: int = 0
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
+    ledger_set: tuple[float, float] | None = None  # the report that set it: remaining, when
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
     reset_probe: float | None = None  # when the request probing a window's reset went
     early_lead: float | None = None  # how long before its stated reset a window came back

@@ -307,3 +307,34 @@ def test_a_window_seen_from_its_start_is_told_at_once() -> None:
         left = Hints(remaining=0, limit=10, reset_after=1.0 - (sent + 0.002))
         learning.observe(o, s, 429, left, sent + 0.002, sent_at=sent, counted=False)
     assert o.kind == "window"
+
+
+def test_answers_that_overtake_each_other_are_not_counted_twice() -> None:
+    """
+    Answers read out of order (threads) leave the ledger and the mirror exact.
+
+    A quota of 20 stating no window (slowapi's headers): the probe, then ten at once, which
+    the server counts in order (18 to 9 left) but whose answers come back in two groups, the
+    last counted of each first.  Each report subtracts what is still in flight, the requests
+    it overtook included, though the server counted them already: read so, four of the nine
+    left were spent, and the requests paced into a quota that was not read as a bucket's.
+    """
+    p = Pacer(probe=0)
+    t = tracker(p)
+
+    def quota(left: int, now: float) -> Hints:
+        return Hints(remaining=left, limit=20, reset_after=2.0 - now)
+
+    t.acquire(0.0)
+    t.sent()
+    t.observe(200, quota(19, 0.001), 0.001, sent_at=0.0)
+    for _ in range(10):
+        assert t.acquire(0.002).delay == pytest.approx(0.0, abs=1e-9)
+        t.sent()
+    for k, left in enumerate([14, 18, 17, 16, 15, 9, 13, 12, 11, 10]):
+        now = 0.01 + k * 0.001
+        t.observe(200, quota(left, now), now, sent_at=0.002)
+    assert t.view(0.03).remaining == 9
+    delays = [t.acquire(0.03).delay for _ in range(9)]
+    assert delays == pytest.approx([0.0] * 9, abs=1e-9)
+    assert t.acquire(0.03).delay > 0.05  # the tenth is paced into the spent quota
