@@ -217,7 +217,11 @@ def _plan(
         return Admission(at - now, final=True, granted=False), None
     if at - now > HORIZON:
         # too far ahead to fix a slot: the rate may change before then; ask again
-        return Admission(at - now - HORIZON / 2, final=False), None
+        again = at - now - HORIZON / 2
+        if o.in_flight and o.avail is not None and o.avail < 1:
+            # the ledger ran out with answers in flight: an overtaken one gives a token back
+            again = min(again, HORIZON / 2)
+        return Admission(again, final=False), None
     return Admission(at - now), at
 
 
