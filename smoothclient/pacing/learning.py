@@ -133,6 +133,9 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
     if spent is None or sent_at is None or not spent[0] + SKEW < sent_at < spent[1]:
         return
     weight = 1.0 if status < 400 else -1.0 if status == 429 else 0.0
+    if weight > 0 and o.given_back > 0:
+        o.given_back -= 1  # it went on a token the ledger had counted twice: no refill
+        return
     if weight > 0:
         o.admitted = (o.admitted if o.admitted_since == spent[0] else 0) + 1
         o.admitted_since = spent[0]
@@ -203,8 +206,13 @@ def _ledger(
         o.ledger_set = (remaining, now)
     elif overtaken:
         o.avail += 1
+        if o.exhausted is not None and o.avail + o.waiting >= 1:
+            # a request waiting for a slot holds the token: it goes into the "spent" quota
+            o.given_back = min(o.given_back + 1, o.waiting)
     if o.reset_probe is not None and now >= o.reset_probe:
         o.reset_probe = None  # answered: the ledger says what may go, or the next reset
+    if o.exhausted is None or o.avail >= 1:
+        o.given_back = 0
     if o.avail >= 1:
         o.exhausted = None
         o.reset_probe = None

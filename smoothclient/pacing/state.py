@@ -152,6 +152,9 @@ class OriginState:
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
     ledger_set: tuple[float, float] | None = None  # the report that set it: remaining, when
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
+    # tokens overtaken answers gave back to the ledger since it ran out: as many requests sent
+    # into the "spent" quota got through on them, not on a refill (no bucket's evidence)
+    given_back: int = 0
     reset_probe: float | None = None  # when the request probing a window's reset went
     early_lead: float | None = None  # how long before its stated reset a window came back
     early_misses: int = 0  # early probes in a row that the window rejected

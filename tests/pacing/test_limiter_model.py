@@ -76,7 +76,7 @@ def _wall_on_trio(monkeypatch: pytest.MonkeyPatch, base: float = 1_700_000_000.0
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize(("stagger", "spread"), [(0.02, 0.0), (0.02, 0.005)])
+@pytest.mark.parametrize(("stagger", "spread"), [(0.02, 0.0), (0.02, 0.005), (0.05, 0.01)])
 def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
     seed: int, stagger: float, spread: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
