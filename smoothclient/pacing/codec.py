@@ -93,6 +93,7 @@ _LOADERS: dict[str, Any] = {
     "routes": lambda v: {str(k): tuple(str(n) for n in names) for k, names in v.items()},
     "cut": lambda v: None if v is None else tuple(v),
     "exhausted": lambda v: None if v is None else tuple(v),
+    "ledger_set": lambda v: None if v is None else tuple(v),
     "early_sent": lambda v: None if v is None else tuple(v),
 }
 

@@ -82,7 +82,7 @@ def observe(
                 o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
         else:
             _weigh(o, status, sent_at, hints, now)
-        _quota(o, hints, now, throttled=throttled, sent_at=sent_at)
+        _quota(o, hints, now, throttled=throttled, sent_at=sent_at, counted=counted)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
     elif throttled:
@@ -133,6 +133,9 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
     if spent is None or sent_at is None or not spent[0] + SKEW < sent_at < spent[1]:
         return
     weight = 1.0 if status < 400 else -1.0 if status == 429 else 0.0
+    if weight > 0 and o.given_back > 0:
+        o.given_back -= 1  # it went on a token the ledger had counted twice: no refill
+        return
     if weight > 0:
         o.admitted = (o.admitted if o.admitted_since == spent[0] else 0) + 1
         o.admitted_since = spent[0]
@@ -175,13 +178,21 @@ def _vote(o: OriginState, weight: float) -> None:
         o.kind = "window"
 
 
-def _ledger(o: OriginState, remaining: float, reset_after: float | None, now: float) -> None:
+def _ledger(
+    o: OriginState,
+    remaining: float,
+    reset_after: float | None,
+    now: float,
+    overtaken: bool,
+) -> None:
     """
     Keep the ledger: what the quota still admits before its reset.
 
     A report may lower it at any time (someone else spent some).  It raises it only when a
     new window began (the reset passed, or moved on): a report that left the server before
-    our latest sends would otherwise give back tokens that are gone.
+    our latest sends would otherwise give back tokens that are gone.  Or by one for an
+    ``overtaken`` answer (see :func:`_overtaken`): the report that set the ledger counted
+    its request twice, as spent and as in flight.
     """
     left = remaining - o.in_flight - o.waiting
     new_window = o.reset_at is not None and (
@@ -192,13 +203,42 @@ def _ledger(o: OriginState, remaining: float, reset_after: float | None, now: fl
         o.guess_whole = True
     if o.avail is None or left < o.avail or new_window:
         o.avail = left
+        o.ledger_set = (remaining, now)
+    elif overtaken:
+        o.avail += 1
+        if o.exhausted is not None and o.avail + o.waiting >= 1:
+            # a request waiting for a slot holds the token: it goes into the "spent" quota
+            o.given_back = min(o.given_back + 1, o.waiting)
     if o.reset_probe is not None and now >= o.reset_probe:
         o.reset_probe = None  # answered: the ledger says what may go, or the next reset
+    if o.exhausted is None or o.avail >= 1:
+        o.given_back = 0
     if o.avail >= 1:
         o.exhausted = None
         o.reset_probe = None
     elif reset_after is not None:  # spent since the first report that said so, until the reset
         o.exhausted = (now if o.exhausted is None else o.exhausted[0], now + reset_after)
+
+
+def _overtaken(o: OriginState, remaining: float, sent_at: float | None, counted: bool) -> bool:
+    """
+    Was this answer's request counted twice by the report that last set the ledger?
+
+    That report subtracted every request then in flight from what it said was left.  One of
+    them that the server had counted before it (it reports more left) and whose answer
+    comes only now (answers overtake each other: threads, connections, a fleet's processes)
+    was counted twice.  Left uncorrected, a herd sent from threads reads its window as spent
+    a few requests early, and the requests paced into the "spent" quota that get through
+    read as a bucket's refill.
+    """
+    told = o.ledger_set
+    return (
+        counted
+        and sent_at is not None
+        and told is not None
+        and remaining > told[0]
+        and sent_at < told[1]
+    )
 
 
 def _guess_window(o: OriginState, limit: float | None, reset_after: float | None) -> float:
@@ -213,7 +253,13 @@ def _guess_window(o: OriginState, limit: float | None, reset_after: float | None
 
 
 def _quota(
-    o: OriginState, hints: Hints, now: float, *, throttled: bool, sent_at: float | None
+    o: OriginState,
+    hints: Hints,
+    now: float,
+    *,
+    throttled: bool,
+    sent_at: float | None,
+    counted: bool = True,
 ) -> None:
     """
     Mirror the server's quota: rate, burst and the tokens it says are left.
@@ -228,7 +274,8 @@ def _quota(
     o.limit = hints.limit
     available = hints.remaining - o.in_flight
     owed = throttled and _owed(o, hints, sent_at)  # before the ledger moves the spent period
-    _ledger(o, hints.remaining, hints.reset_after, now)
+    overtaken = _overtaken(o, hints.remaining, sent_at, counted)
+    _ledger(o, hints.remaining, hints.reset_after, now, overtaken)
     if hints.reset_after is not None:
         o.reset_at = now + hints.reset_after
     limit, window = hints.limit, hints.window
@@ -260,7 +307,10 @@ def _quota(
         # reports tokens that are gone, and trusting it releases a burst that earns 429s.
         # So a report may always slow us down, but speeds us up only when it gives far
         # more than our own accounting (half the burst: a window reset, a refill we did
-        # not model), never by the few tokens an overtaken response is off by.
+        # not model), never by the few tokens an overtaken response is off by.  Except
+        # the one token an overtaken answer proves was counted twice (as in the ledger).
+        if overtaken:
+            pace.set_tokens(now, min(pace.burst, pace.tokens(now) + 1))
         if tokens - pace.tokens(now) > pace.burst / 2:
             pace.set_tokens(now, tokens)
         else:

@@ -150,7 +150,11 @@ class OriginState:
     admitted_since: float | None = None
     admitted: int = 0
     avail: float | None = None  # requests the quota still admits before reset_at (the ledger)
+    ledger_set: tuple[float, float] | None = None  # the report that set it: remaining, when
     exhausted: tuple[float, float] | None = None  # (since, until): the ledger ran out
+    # tokens overtaken answers gave back to the ledger since it ran out: as many requests sent
+    # into the "spent" quota got through on them, not on a refill (no bucket's evidence)
+    given_back: int = 0
     reset_probe: float | None = None  # when the request probing a window's reset went
     early_lead: float | None = None  # how long before its stated reset a window came back
     early_misses: int = 0  # early probes in a row that the window rejected
@@ -216,7 +220,11 @@ def _plan(
         return Admission(at - now, final=True, granted=False), None
     if at - now > HORIZON:
         # too far ahead to fix a slot: the rate may change before then; ask again
-        return Admission(at - now - HORIZON / 2, final=False), None
+        again = at - now - HORIZON / 2
+        if o.in_flight and o.avail is not None and o.avail < 1:
+            # the ledger ran out with answers in flight: an overtaken one gives a token back
+            again = min(again, HORIZON / 2)
+        return Admission(again, final=False), None
     return Admission(at - now), at
 
 

@@ -132,6 +132,7 @@ class MovingWindow:
 
     limit: int
     window: float = 1.0
+    reset_bias: float = 0.0  # a server that states its reset this much late (slowapi: 1 s)
     _log: deque[float] = field(default_factory=deque, init=False)
 
     def hit(self, now: float) -> Verdict:
@@ -143,7 +144,8 @@ class MovingWindow:
         if admitted:
             log.append(now)
         reset = log[0] + self.window - now if log else 0.0
-        return Verdict(admitted, self.limit - len(log), reset, reset)
+        stated = reset + self.reset_bias
+        return Verdict(admitted, self.limit - len(log), stated, stated)
 
     def ideal(self, calls: int) -> float:
         """Like a fixed window when the first window's hits come at once."""
@@ -236,6 +238,8 @@ def run_herd(
     *,
     procs: int = 1,
     rtt: float = 0.002,
+    spread: float = 0.0,
+    stagger: float = 0.0,
     retry_after: float | None = None,
     policy: Any = None,
     seed: int = 0,
@@ -245,6 +249,9 @@ def run_herd(
     Send ``calls`` requests at once from each of ``procs`` clients; all of it in virtual time.
 
     Needs httpx and trio (the test extras).  ``retry_after`` makes every 429 say exactly that.
+    ``spread``: each answer takes up to this much longer on its way back (at random, seeded),
+    so answers overtake each other; ``stagger``: each call starts up to this much later (at
+    random, seeded), so sends and answers interleave.  Both as for a herd sent from threads.
     """
     import httpx
     import trio
@@ -257,6 +264,7 @@ def run_herd(
     chosen = policy or RetryPolicy(attempts=1000, timeout=timeout, max_retry_after=None)
     log: list[tuple[float, int]] = []
     start_wall = time.time()
+    delays = random.Random(seed)
 
     async def handler(request: httpx.Request) -> httpx.Response:
         await trio.sleep(rtt / 2)
@@ -266,7 +274,7 @@ def run_herd(
         headers = headers_for(
             limiter, verdict, style, retry_after=retry_after, wall=lambda: start_wall + now
         )
-        await trio.sleep(rtt / 2)
+        await trio.sleep(rtt / 2 + (delays.uniform(0.0, spread) if spread else 0.0))
         # epoch values are read against the real wall clock: re-base them to "now"
         shift = time.time() - (start_wall + trio.current_time())
         return httpx.Response(
@@ -289,8 +297,10 @@ def run_herd(
         )
         async with httpx.AsyncClient(transport=transport) as http:
 
-            async def one() -> None:
+            async def one(start: float) -> None:
                 nonlocal failed
+                if start:
+                    await trio.sleep(start)
                 try:
                     response = await http.get("http://limited.test/x")
                 except Exception:
@@ -302,7 +312,7 @@ def run_herd(
 
             async with trio.open_nursery() as nursery:
                 for _ in range(calls):
-                    nursery.start_soon(one)
+                    nursery.start_soon(one, delays.uniform(0.0, stagger) if stagger else 0.0)
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
