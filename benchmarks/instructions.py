@@ -6,43 +6,23 @@ whether a change made the hot path cheaper when the timed rows of ``overhead.py`
 Each stack runs N and 3N requests through httpx's ``MockTransport`` (bare, then wrapped by
 ``SmoothTransport``) under ``valgrind --tool=callgrind``; the difference of the two runs,
 divided by 2N, is a request's count without the start-up.  "added" is wrapped minus bare.
-Two servers: a plain one, and one stating its quota (IETF ``RateLimit``) on every response,
-what is left counting down.  Skipped, with a message, when valgrind is not installed.
+The servers of ``overhead.py``: a plain one, and one stating its quota (IETF ``RateLimit``)
+on every response, what is left counting down.  Skipped, with a message, without valgrind.
 Run: python benchmarks/instructions.py [--requests 500]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import re
 import shutil
 import subprocess
 import sys
 
 import httpx
+from overhead import ok, ok_with_quota  # the same servers as the timed rows
 
 import smoothclient
-
-PLAIN = {
-    "Server": "nginx",
-    "Date": "Sun, 22 Nov 2026 20:00:00 GMT",
-    "Content-Type": "application/json",
-    "Cache-Control": "no-store",
-    "X-Request-Id": "4f1c2d",
-}
-POLICY = {**PLAIN, "RateLimit-Policy": '"d";q=100000;w=1'}
-_left = itertools.cycle(range(99_999, 50_000, -1))
-
-
-def ok(request: httpx.Request) -> httpx.Response:
-    return httpx.Response(200, headers=PLAIN, content=b"{}")
-
-
-def ok_with_quota(request: httpx.Request) -> httpx.Response:
-    headers = {**POLICY, "RateLimit": f'"d";r={next(_left)};t=1'}
-    return httpx.Response(200, headers=headers, content=b"{}")
-
 
 SERVERS = {"plain": ok, "RateLimit": ok_with_quota}
 

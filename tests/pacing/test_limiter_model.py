@@ -222,19 +222,7 @@ def test_a_bucket_stating_clock_aligned_resets_is_paced_at_its_rate(
     guessed from it is too high; the bucket's rejections of that pace are no window's evidence
     (read as a window, the ledger sent 5 a second: twice the ideal time).
     """
-    import time
-
-    import trio
-
-    base = 1_700_000_000 + phase  # the wall clock runs on trio's virtual clock
-
-    def wall() -> float:
-        try:
-            return base + trio.current_time()
-        except RuntimeError:  # outside the run
-            return base
-
-    monkeypatch.setattr(time, "time", wall)
+    _wall_on_trio(monkeypatch, 1_700_000_000 + phase)
     result = run_herd(TokenBucket(10, 1.0, 5), "github", 60)
     assert result.failed == 0
     assert result.ratio <= 1.3
