@@ -235,9 +235,7 @@ class EdgeCore:
                 error=first.exception if isinstance(first, Failure) else None,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
-            unsent = CallRecord(gave_up=str(exc))
-            exc.smoothclient = unsent.as_dict()  # type: ignore[attr-defined]
-            self._gave_up(origin, exc, unsent)
+            self._not_sent(origin, exc)
             raise
         return self._finished(origin, done)
 
@@ -273,9 +271,7 @@ class EdgeCore:
                 offload=self.offload,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
-            unsent = CallRecord(gave_up=str(exc))
-            exc.smoothclient = unsent.as_dict()  # type: ignore[attr-defined]
-            self._gave_up(origin, exc, unsent)
+            self._not_sent(origin, exc)
             raise
         return self._finished(origin, done)
 
@@ -295,6 +291,12 @@ class EdgeCore:
         if done.error is not None:
             self._gave_up(origin, done.error, done.record.freeze())
         return self._ended(origin, done.unwrap(), record)
+
+    def _not_sent(self, origin: str, exc: RateLimited) -> None:
+        """A call the pacer would hold too long gives up unsent: its record, the hook told."""
+        unsent = CallRecord(gave_up=str(exc))
+        exc.smoothclient = unsent.as_dict()  # type: ignore[attr-defined]
+        self._gave_up(origin, exc, unsent)
 
     def _gave_up(self, origin: str, error: BaseException, record: CallRecord) -> None:
         hook = self.policy.on_give_up
