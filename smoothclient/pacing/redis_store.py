@@ -25,10 +25,7 @@ atomic across the fleet.
   write that checks the version, which needs no read first when nobody else wrote) and one
   after (its answer).
 - **Healthy origins cost nothing**: the fast lane trusts this process's copy for
-  :data:`TRUST` seconds before it reads the key again.  Requests polling for a probe's
-  answer (a window's reset, the cold start) trust it for :data:`AWAIT_TRUST` only: one
-  read per process every 10 ms while the answer is due, so another process's answer is
-  seen at once.
+  :data:`TRUST` seconds before it reads the key again.
 - **Faults fail open**: Redis down, slow (over ``timeout``) or erroring, and the store falls
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.
@@ -68,8 +65,6 @@ T = TypeVar("T")
 
 #: How long the fast lane trusts a process's copy of a healthy origin's state (seconds).
 TRUST = 0.1
-#: ... and for this long while the answer of a probe that went is due (see _awaiting).
-AWAIT_TRUST = 0.01
 #: A process's cohort counts are dropped this long after it last wrote them (seconds).
 COHORT_TTL = 30.0
 #: The longest a store waits on Redis for one step, by default (seconds).
@@ -224,19 +219,6 @@ class Link:
             log.warning("Redis is back after %.1f s; pacing from it again", now - since)
 
 
-def _awaiting(o: OriginState, now: float) -> bool:
-    """
-    Is a probe's answer due, which another process may have written by now?
-
-    A reset probe that went (its answer says what the new window holds), or the cold-start
-    probe: the requests behind it poll, and a copy trusted for :data:`TRUST` learned that
-    answer up to 100 ms late in every other process (the rest of each window went late).
-    """
-    if o.reset_probe is not None and now >= o.reset_probe:
-        return True
-    return not o.known and o.probe_until is not None and now < o.probe_until
-
-
 def _horizon(o: OriginState, settings: Settings, now: float) -> float:
     """Seconds from ``now`` during which ``o`` still matters to anyone."""
     ends = [o.gate, o.pace.tat, o.last_throttle + settings.quiet]
@@ -303,9 +285,9 @@ class RedisTracker:
         self.state.waiting = max(0, self.mine[0]) + int(sum(e[0] for e in self.others.values()))
         self.state.in_flight = max(0, self.mine[1]) + int(sum(e[1] for e in self.others.values()))
 
-    def _refresh(self, trust: float = TRUST) -> None:
-        """Read the key if the copy is older than ``trust`` s (caller holds the lock)."""
-        if time.monotonic() - self.synced <= trust:
+    def _refresh(self) -> None:
+        """Read the key if the copy is older than :data:`TRUST` (caller holds the lock)."""
+        if time.monotonic() - self.synced <= TRUST:
             return
         sent = time.monotonic()
         reply = self.link.call(lambda: self.link.read(keys=[self.redis_key]))
@@ -367,11 +349,10 @@ class RedisTracker:
         text = dump(state)
         now = self.link.clock()
         if text == self.text and self.mine == self.written and now - self.wrote_at < COHORT_TTL / 2:
-            trust = AWAIT_TRUST if _awaiting(state, now) else TRUST
-            if time.monotonic() - self.synced <= trust:
+            if time.monotonic() - self.synced <= TRUST:
                 return result, None  # nothing changed (a poll that found no slot): no write
             stepped, self.mine = self.mine, mine
-            self._refresh(trust)  # an old copy: what does Redis hold now?
+            self._refresh()  # an old copy: what does Redis hold now?
             return result, stepped
         cohort = dict(self.others)
         cohort[self.me] = [max(0, self.mine[0]), max(0, self.mine[1]), now]

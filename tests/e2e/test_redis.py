@@ -30,7 +30,6 @@ from smoothclient.hints import Hints, Quota
 from smoothclient.pacing import redis_store
 from smoothclient.pacing.redis_store import RedisTracker, redis_key
 from smoothclient.pacing.scopes import Bound
-from smoothclient.pacing.state import OriginState
 from smoothclient.tools.redis_server import RedisServer
 from smoothclient.tools.server import LimitedServer
 
@@ -161,33 +160,6 @@ def test_slow_answers_to_time_leave_the_fleet_clock_on_the_servers(server: Redis
         seconds, micros = slow.time()
         link.tick(seconds, micros, sent, time.monotonic())
     _within_a_reading(link, client)
-
-
-def test_the_answer_of_a_reset_probe_reaches_the_fleet_at_once(server: RedisServer) -> None:
-    """
-    A window spent, its reset passed: one process probes it, another polls behind the probe.
-    The probe's answer (a fresh window) reaches the poller at its next poll, not when its
-    copy would have aged out (TRUST, 100 ms: the rest of every window went late).
-    """
-    a, b = fleet(server)
-    prober, poller = a._track(ORIGIN), b._track(ORIGIN)
-
-    def spent(o: OriginState) -> None:
-        o.known, o.kind, o.avail, o.reset_at = True, "window", 0.0, a.clock() - 0.001
-
-    prober.update(spent)
-    probe = prober.acquire(a.clock())
-    assert probe.final  # this request probes the reset
-    assert probe.delay == 0
-    prober.sent()
-    behind = poller.acquire(b.clock())
-    assert not behind.final  # behind the probe: ask again in a moment
-    fresh = Hints(remaining=9, limit=10, window=1.0, reset_after=1.0)
-    prober.observe(200, fresh, a.clock(), sent_at=a.clock() - 0.01)
-    time.sleep(0.02)  # the poller's next poll: its copy is 20 ms old
-    admission = poller.acquire(b.clock())
-    assert admission.final
-    assert admission.delay == 0
 
 
 def test_a_crashed_process_counts_fade(
