@@ -15,7 +15,9 @@ atomic across the fleet.
   gate, reset, learned rate), so an idle origin's key vanishes.
 - **The fleet's clock** is the Redis server's ``TIME``: the pacer's clock is this process's
   monotonic clock plus an offset measured against it (stepped once when the store is made,
-  then slewed), so hosts with skewed clocks agree on every deadline in the shared state.
+  by the offset a few readings all allow; then slewed, only when a reading's round trip
+  rules the offset out), so hosts with skewed clocks agree on every deadline in the shared
+  state, to a fraction of a millisecond on a loaded host.
 - **Cohort counts** (waiting, in flight) are kept per process with the time each process
   last wrote them; counts older than :data:`COHORT_TTL` are dropped, so a crashed process's
   counts fade.  Sending, cancelling and failing change only this process's counts, written
@@ -67,6 +69,8 @@ TRUST = 0.1
 COHORT_TTL = 30.0
 #: The longest a store waits on Redis for one step, by default (seconds).
 TIMEOUT = 0.05
+#: At most this many readings of the server's ``TIME`` set the fleet's clock at first.
+CLOCK_READINGS = 4
 #: Keys outlive the last time their state matters by this much (seconds).
 LINGER = 60.0
 
@@ -120,9 +124,30 @@ class Link:
         self._adjusted = time.monotonic()
         self._stepped = False
         with contextlib.suppress(_Down):  # if so, the wall clock stands in until Redis answers
+            self._step_clock()
+
+    def _step_clock(self) -> None:
+        """
+        Set the clock by a few readings of ``TIME``: the offset that all of them allow.
+
+        Each reading bounds it by its round trip; one slow trip (a fleet's processes all
+        starting at once) left the clock milliseconds off for a long time.
+        """
+        low, high = -math.inf, math.inf
+        for _ in range(CLOCK_READINGS):
             sent = time.monotonic()
-            seconds, micros = self.call(client.time)
-            self.tick(seconds, micros, sent, time.monotonic())
+            seconds, micros = self.call(self.client.time)
+            received = time.monotonic()
+            server = float(seconds) + float(micros) / 1e6
+            low2, high2 = max(low, server - received), min(high, server - sent)
+            if low2 > high2:  # the clocks disagree with an earlier reading: trust the latest
+                low2, high2 = server - received, server - sent
+            low, high = low2, high2
+            if high - low < 0.001:
+                break
+        with self._lock:
+            self.offset, self._stepped = (low + high) / 2, True
+            self._adjusted = time.monotonic()
 
     def clock(self) -> float:
         """The fleet's time: Redis's ``TIME``, read through this process's monotonic clock."""
@@ -150,11 +175,21 @@ class Link:
         self._tick(float(seconds) + float(micros) / 1e6, sent, received)
 
     def _tick(self, server: float, sent: float, received: float) -> None:
-        target = server - (sent + received) / 2
+        """
+        Bound the offset by one reading: Redis read its clock between ``sent`` and ``received``.
+
+        So the offset lies between ``server - received`` and ``server - sent``; it is moved
+        only when it falls outside (to the nearest bound), never toward each reading's midpoint:
+        a round trip's halves are unequal on a loaded host, and chasing midpoints made the
+        fleet's clock wobble by milliseconds against the server's (hosts disagreed on a reset
+        by as much, and a report of the same window read as a new one).
+        """
+        low, high = server - received, server - sent
         with self._lock:
-            if not self._stepped:
-                self.offset, self._stepped = target, True  # once, before any state is shared
+            if not self._stepped:  # once, before any state is shared
+                self.offset, self._stepped = (low + high) / 2, True
             else:  # slewed: at most a tenth of the time passed, so the clock never runs back
+                target = min(max(self.offset, low), high)
                 room = 0.1 * max(0.0, received - self._adjusted)
                 self.offset += max(-room, min(room, target - self.offset))
             self._adjusted = received

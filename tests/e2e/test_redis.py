@@ -118,6 +118,50 @@ def test_the_fleet_clock_is_the_servers(server: RedisServer) -> None:
     assert pacer.clock() == pytest.approx(seconds + micros / 1e6, abs=0.05)
 
 
+class SlowReturns:
+    """A client whose first ``slow`` answers to ``TIME`` come back ``delay`` s late."""
+
+    def __init__(self, client: redis.Redis, slow: int, delay: float = 0.1) -> None:
+        self.client, self.slow, self.delay = client, slow, delay
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    def time(self) -> Any:
+        answer = self.client.time()
+        if self.slow > 0:
+            self.slow -= 1
+            time.sleep(self.delay)  # the answer's way back is slow (a loaded host)
+        return answer
+
+
+def _within_a_reading(link: redis_store.Link, client: redis.Redis) -> None:
+    """The link's offset lies within what a direct reading of ``TIME`` allows."""
+    sent = time.monotonic()
+    seconds, micros = client.time()
+    received = time.monotonic()
+    server = seconds + micros / 1e6
+    assert server - received - 0.002 <= link.offset <= server - sent + 0.002
+
+
+def test_slow_answers_to_time_leave_the_fleet_clock_on_the_servers(server: RedisServer) -> None:
+    """
+    A reading whose answer came back late (one half of a round trip slower than the other)
+    says little of the server's clock: neither the first (a fleet starting at once) nor the
+    later ones move the clock off by half the delay.
+    """
+    client = redis.Redis.from_url(server.url)
+    slow = SlowReturns(client, slow=1)
+    link = redis_store.Link(slow)
+    _within_a_reading(link, client)  # the first reading was slow: the others set the clock
+    slow.slow = 4
+    for _ in range(4):
+        sent = time.monotonic()
+        seconds, micros = slow.time()
+        link.tick(seconds, micros, sent, time.monotonic())
+    _within_a_reading(link, client)
+
+
 def test_a_crashed_process_counts_fade(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
