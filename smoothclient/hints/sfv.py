@@ -105,9 +105,6 @@ class _Parser:
         self.s = text.strip(" \t")
         self.i = 0
 
-    def done(self) -> bool:
-        return self.i >= len(self.s)
-
     def expect(self, char: str) -> None:
         if not self.s.startswith(char, self.i):
             raise SFVError(f"expected {char!r} at {self.i}")
@@ -124,14 +121,18 @@ class _Parser:
         return match
 
     def members(self, parse_one: Callable[[], None]) -> None:
-        while not self.done():
+        """``parse_one`` for each comma-separated member (one loop: a field per response)."""
+        s, end = self.s, len(self.s)
+        while self.i < end:
             parse_one()
-            self.skip(_OWS)
-            if self.done():
+            i = _OWS.match(s, self.i).end()  # type: ignore[union-attr] # matches at least ""
+            if i >= end:
+                self.i = i
                 return
-            self.expect(",")
-            self.skip(_OWS)
-            if self.done():
+            if s[i] != ",":
+                raise SFVError(f"expected ',' at {i}")
+            self.i = i = _OWS.match(s, i + 1).end()  # type: ignore[union-attr]
+            if i >= end:
                 raise SFVError("trailing comma")
 
     def item_or_inner_list(self) -> Item:
@@ -157,8 +158,12 @@ class _Parser:
 
     def params(self) -> Params:
         params: Params = {}
-        while self.s.startswith(";", self.i):
-            match = self._match(_PARAM, "parameter")
+        s = self.s
+        while s.startswith(";", self.i):
+            match = _PARAM.match(s, self.i)
+            if match is None:
+                raise SFVError(f"bad parameter at {self.i}")
+            self.i = match.end()
             params[match.group(1)] = True if match.lastindex == 1 else _bare(match, 2)
         return params
 
