@@ -7,10 +7,11 @@ it describes.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "DAY",
@@ -30,7 +31,40 @@ DAY = 86400.0
 ResetFormat = Literal["auto", "delta", "delta-ms", "epoch", "epoch-ms"]
 HeadersLike = Mapping[str, str] | Iterable[tuple[str, str]] | Any
 
+C = TypeVar("C", bound=type)
 
+
+def _slot_init(cls: C) -> C:
+    """
+    A frozen, slotted dataclass with an ``__init__`` that stores each field through its slot.
+
+    A frozen dataclass's own ``__init__`` goes through ``object.__setattr__`` once per field,
+    which costs twice as much; every response's hints build a :class:`Quota` and a
+    :class:`Hints`.  The same signature and defaults; the instances stay immutable.
+    """
+    fields = dataclasses.fields(cls)
+    names = {f"_set_{f.name}": getattr(cls, f.name).__set__ for f in fields}
+    params, body = [], []
+    for f in fields:
+        if f.default_factory is not dataclasses.MISSING:  # pragma: no cover - not supported
+            raise TypeError(f"{cls.__name__}.{f.name}: default_factory is not supported")
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            names[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        body.append(f"    _set_{f.name}(self, {f.name})")
+    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body)
+    exec(source, names)  # as dataclasses makes its __init__: text of the field names only
+    init = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    made = vars(cls)["__init__"]  # the one dataclass made: its annotations and docstring
+    init.__annotations__, init.__doc__ = made.__annotations__, made.__doc__
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
+
+@_slot_init
 @dataclass(frozen=True, slots=True)
 class Quota:
     """
@@ -50,6 +84,7 @@ class Quota:
     scope: str | None = None
 
 
+@_slot_init
 @dataclass(frozen=True, slots=True)
 class Hints:
     """
