@@ -27,7 +27,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import TypeVar, Union
+from typing import Protocol, TypeVar, Union
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints, Quota, hints_of
@@ -344,6 +344,12 @@ def split(
     return seen
 
 
+class _TryNow(Protocol):
+    """:meth:`Tracker.try_now`'s shape (its parameter named, as the protocol's)."""
+
+    def __call__(self, now: float) -> bool: ...  # pragma: no cover - a protocol
+
+
 class Bound:
     """
     The :class:`~smoothclient.pacing.store.Tracker` of a request bound by several trackers.
@@ -395,7 +401,7 @@ class Bound:
         alone = self._all[0] if len(self._all) == 1 else None
         self.healthy: Callable[[float], bool] = self._healthy if alone is None else alone.healthy
         #: Admitted at once by all, or by none (those that did are released).
-        self.try_now: Callable[[float], bool] = self._try_now if alone is None else alone.try_now
+        self.try_now: _TryNow = self._try_now if alone is None else alone.try_now
 
     def __repr__(self) -> str:
         """Show the route and the scopes."""
