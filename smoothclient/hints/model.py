@@ -24,6 +24,7 @@ __all__ = [
     "hints_of",
     "make_quota",
     "scope_name",
+    "slot_init",
 ]
 
 HORIZON = 365 * 86400.0  # R13: anything further away is garbage
@@ -34,21 +35,35 @@ HeadersLike = Mapping[str, str] | Iterable[tuple[str, str]] | Any
 C = TypeVar("C", bound=type)
 
 
-def _slot_init(cls: C) -> C:
+class _Unset:
+    """A field with a default factory was not given (shown as dataclasses show it)."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_UNSET = _Unset()
+
+
+def slot_init(cls: C) -> C:
     """
     A frozen, slotted dataclass with an ``__init__`` that stores each field through its slot.
 
     A frozen dataclass's own ``__init__`` goes through ``object.__setattr__`` once per field,
     which costs twice as much; every response's hints build a :class:`Quota` and a
-    :class:`Hints`.  The same signature and defaults; the instances stay immutable.
+    :class:`Hints` (and an RFC 9651 ``Item`` per member).  The same signature and defaults (a
+    default factory called per instance); the instances stay immutable.
     """
     fields = dataclasses.fields(cls)
-    names = {f"_set_{f.name}": getattr(cls, f.name).__set__ for f in fields}
+    names: dict[str, Any] = {f"_set_{f.name}": getattr(cls, f.name).__set__ for f in fields}
+    names["_UNSET"] = _UNSET
     params, body = [], []
     for f in fields:
-        if f.default_factory is not dataclasses.MISSING:  # pragma: no cover - not supported
-            raise TypeError(f"{cls.__name__}.{f.name}: default_factory is not supported")
-        if f.default is dataclasses.MISSING:
+        if f.default_factory is not dataclasses.MISSING:
+            names[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_UNSET")
+            body.append(f"    if {f.name} is _UNSET:\n        {f.name} = _factory_{f.name}()")
+        elif f.default is dataclasses.MISSING:
             params.append(f.name)
         else:
             names[f"_default_{f.name}"] = f.default
@@ -64,7 +79,7 @@ def _slot_init(cls: C) -> C:
     return cls
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Quota:
     """
@@ -84,7 +99,7 @@ class Quota:
     scope: str | None = None
 
 
-@_slot_init
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Hints:
     """

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TypeVar
 
+from .model import slot_init
+
 __all__ = ["Item", "SFVError", "Token", "parse_dictionary", "parse_list"]
 
 BareItem = int | Decimal | str | bytes | bool
@@ -34,6 +36,7 @@ class Token(str):
     __slots__ = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Item:
     """A bare item (or an inner list) with its parameters."""

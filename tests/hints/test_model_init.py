@@ -9,6 +9,7 @@ import pickle
 import pytest
 
 from smoothclient.hints import Hints, Quota
+from smoothclient.hints.sfv import Item
 
 
 def test_defaults_and_fields_as_given() -> None:
@@ -50,3 +51,13 @@ def test_signature_is_the_dataclass_one() -> None:
     assert params["source"].default is inspect.Parameter.empty
     with pytest.raises(TypeError):
         Quota()  # type: ignore[call-arg]
+
+
+def test_a_default_factory_gives_each_instance_its_own() -> None:
+    """A field with a default factory (an RFC 9651 item's parameters) is made per instance."""
+    first, second = Item(1), Item(1)
+    assert first == second
+    assert first.params == {}
+    assert first.params is not second.params
+    assert Item(2, {"q": 5}).params == {"q": 5}
+    assert repr(inspect.signature(Item).parameters["params"].default) == "<factory>"
