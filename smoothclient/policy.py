@@ -199,9 +199,9 @@ _OVERRIDES: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.Conte
 )
 
 
-def overrides() -> Mapping[str, Any] | None:
-    """The policy fields :func:`override_policy` sets for calls made here, if any."""
-    return _OVERRIDES.get()
+#: ``overrides()``: the policy fields :func:`override_policy` sets for calls made here, if any
+#: (the context variable's own ``get``: every call reads it, so no Python frame of ours).
+overrides: Callable[[], Mapping[str, Any] | None] = _OVERRIDES.get
 
 
 @contextlib.contextmanager

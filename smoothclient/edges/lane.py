@@ -44,9 +44,22 @@ class Lane(IntEnum):
     ADMITTED = 2  # a paced origin with a free slot now: sent at once, counted in flight
 
 
-#: Binds a request to scopes: ``(origin, request, late[, fresh])`` -> a tracker, or ``None``
-#: (its origin's alone); see :meth:`smoothclient.Pacer.bind`.
-Binder = Callable[..., Tracker | None]
+class Binder(Protocol):
+    """
+    Binds a request to scopes: ``(origin, request, late[, fresh])`` -> a tracker, or ``None``.
+
+    ``None``: its origin's alone; see :meth:`smoothclient.Pacer.bind`.  ``books(origin)`` is
+    ``None`` when the origin can have no scopes now (binding is skipped then); ``books`` itself
+    is ``None`` when any origin may have them.
+    """
+
+    books: Callable[[str], object] | None
+
+    def __call__(
+        self, origin: str, request: object, late: bool, fresh: bool = False
+    ) -> Tracker | None: ...  # pragma: no cover - a protocol
+
+
 #: The attempt was not sent on the fast lane.
 NOT_SENT: tuple[None, None, None, Lane, None] = (None, None, None, Lane.FLOW, None)
 _NOT_ENTERED: tuple[Lane, None, float] = (Lane.FLOW, None, 0.0)
@@ -78,7 +91,7 @@ class FastLane:
     flow as its first attempt.
     """
 
-    __slots__ = ("_access", "_has_hints", "_policy", "_retry_statuses", "bind", "pacer")
+    __slots__ = ("_access", "_policy", "_retry_statuses", "bind", "pacer")
 
     def __init__(
         self,
@@ -93,14 +106,16 @@ class FastLane:
         self._policy = policy
         self._retry_statuses = policy.retry_statuses
         self._access = access
-        self._has_hints: Callable[[Any], bool] = functools.partial(has_hints, access=access)
 
     def enter(self, origin: str, request: object = None) -> tuple[Lane, Tracker | None, float]:
         """May a first attempt to ``origin`` be sent at once?  The lane, tracker and time."""
         if testing.current() is not None:
             return _NOT_ENTERED
-        pacer = self.pacer
-        bound = None if self.bind is None else self.bind(origin, request, False)
+        pacer, bind = self.pacer, self.bind
+        if bind is None or (bind.books is not None and bind.books(origin) is None):
+            bound = None  # no scopes: the origin's tracker alone
+        else:
+            bound = bind(origin, request, False)
         now = pacer.clock()
         if bound is None:  # the origin's tracker alone: looked at without a lock first
             tracker = pacer._peek(origin)
@@ -137,7 +152,7 @@ class FastLane:
                 return None  # the flow decides (and records why)
             tracker = self.learner(tracker, hints, origin, request)
             tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED)
-        elif lane is not Lane.HEALTHY or self._has_hints(headers):
+        elif lane is not Lane.HEALTHY or has_hints(headers, self._access):
             hints = read_fields(headers, self._access)
             tracker = self.learner(tracker, hints, origin, request)
             tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED)

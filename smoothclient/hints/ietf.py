@@ -60,25 +60,26 @@ def _policies_of(text: str) -> Mapping[str, tuple[int, int | None, str]]:
 _NO_POLICIES: Mapping[str, tuple[int, int | None, str]] = types.MappingProxyType({})
 
 
-def ietf(ctx: Ctx) -> Iterator[Quota]:
+def ietf(ctx: Ctx) -> list[Quota]:
     """IETF ``RateLimit`` + ``RateLimit-Policy``: -08..-10 lists, -07 dictionary."""
     policies = _policies(ctx)
     text = ", ".join(ctx.raw("ratelimit"))
     paired: set[str] = set()
+    quotas: list[Quota] = []
     if text:
         try:
-            yield from _ietf_items(ctx, sfv.parse_list(text), policies, paired)
+            items = sfv.parse_list(text)
         except sfv.SFVError:
-            yield from _ietf_dictionary(ctx, text, policies, paired)
+            quotas.extend(_ietf_dictionary(ctx, text, policies, paired))
+        else:
+            _ietf_items(ctx, items, policies, paired, quotas)
     for name, (quota, window, unit) in policies.items():
         if name not in paired and not name.startswith("#") and unit == "requests":
-            yield Quota(
-                f"ietf:{name}", None, float(quota), _opt(window), None, scope=scope_name(name)
+            size = None if window is None else float(window)
+            quotas.append(
+                Quota(f"ietf:{name}", None, float(quota), size, None, scope=scope_name(name))
             )
-
-
-def _opt(value: int | None) -> float | None:
-    return None if value is None else float(value)
+    return quotas
 
 
 def _ietf_items(
@@ -86,7 +87,9 @@ def _ietf_items(
     items: list[sfv.Item],
     policies: Mapping[str, tuple[int, int | None, str]],
     paired: set[str],
-) -> Iterator[Quota]:
+    quotas: list[Quota],
+) -> None:
+    """The quotas of -08..-10 list items, appended to ``quotas`` (those paired, to ``paired``)."""
     for item in items:
         remaining = _int_param(item, "r")
         if not isinstance(item.value, str) or remaining is None:
@@ -95,14 +98,16 @@ def _ietf_items(
         quota, window, unit = policies.get(item.value, (None, None, "requests"))
         paired.add(item.value)
         t = _int_param(item, "t")
-        yield Quota(
-            f"ietf:{item.value}",
-            float(remaining),
-            _opt(quota),
-            _opt(window),
-            None if t is None else ctx.delta(float(t)),
-            unit,
-            scope_name(item.value),
+        quotas.append(
+            Quota(
+                f"ietf:{item.value}",
+                float(remaining),
+                None if quota is None else float(quota),
+                None if window is None else float(window),
+                None if t is None else ctx.delta(float(t)),
+                unit,
+                scope_name(item.value),
+            )
         )
 
 

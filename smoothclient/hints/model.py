@@ -7,10 +7,11 @@ it describes.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "DAY",
@@ -23,6 +24,7 @@ __all__ = [
     "hints_of",
     "make_quota",
     "scope_name",
+    "slot_init",
 ]
 
 HORIZON = 365 * 86400.0  # R13: anything further away is garbage
@@ -30,7 +32,54 @@ DAY = 86400.0
 ResetFormat = Literal["auto", "delta", "delta-ms", "epoch", "epoch-ms"]
 HeadersLike = Mapping[str, str] | Iterable[tuple[str, str]] | Any
 
+C = TypeVar("C", bound=type)
 
+
+class _Unset:
+    """A field with a default factory was not given (shown as dataclasses show it)."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_UNSET = _Unset()
+
+
+def slot_init(cls: C) -> C:
+    """
+    A frozen, slotted dataclass with an ``__init__`` that stores each field through its slot.
+
+    A frozen dataclass's own ``__init__`` goes through ``object.__setattr__`` once per field,
+    which costs twice as much; every response's hints build a :class:`Quota` and a
+    :class:`Hints` (and an RFC 9651 ``Item`` per member).  The same signature and defaults (a
+    default factory called per instance); the instances stay immutable.
+    """
+    fields = dataclasses.fields(cls)
+    names: dict[str, Any] = {f"_set_{f.name}": getattr(cls, f.name).__set__ for f in fields}
+    names["_UNSET"] = _UNSET
+    params, body = [], []
+    for f in fields:
+        if f.default_factory is not dataclasses.MISSING:
+            names[f"_factory_{f.name}"] = f.default_factory
+            params.append(f"{f.name}=_UNSET")
+            body.append(f"    if {f.name} is _UNSET:\n        {f.name} = _factory_{f.name}()")
+        elif f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            names[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        body.append(f"    _set_{f.name}(self, {f.name})")
+    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body)
+    exec(source, names)  # as dataclasses makes its __init__: text of the field names only
+    init = names["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    made = vars(cls)["__init__"]  # the one dataclass made: its annotations and docstring
+    init.__annotations__, init.__doc__ = made.__annotations__, made.__doc__
+    cls.__init__ = init  # type: ignore[misc]
+    return cls
+
+
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Quota:
     """
@@ -50,6 +99,7 @@ class Quota:
     scope: str | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Hints:
     """
@@ -166,19 +216,24 @@ def hints_of(
     bound = binding(quotas)
     if bound is None:
         return Hints(
-            retry_after=retry_after,
-            should_retry=should_retry,
-            quotas=tuple(quotas),
-            origin_wide=origin_wide,
+            retry_after,
+            None,
+            None,
+            None,
+            None,
+            should_retry,
+            "requests",
+            tuple(quotas),
+            origin_wide,
         )
     return Hints(
-        retry_after=retry_after,
-        remaining=bound.remaining,
-        limit=bound.limit,
-        window=bound.window,
-        reset_after=bound.reset_after,
-        should_retry=should_retry,
-        unit=bound.unit,
-        quotas=tuple(quotas),
-        origin_wide=origin_wide,
+        retry_after,
+        bound.remaining,
+        bound.limit,
+        bound.window,
+        bound.reset_after,
+        should_retry,
+        bound.unit,
+        tuple(quotas),
+        origin_wide,
     )

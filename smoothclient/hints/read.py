@@ -12,12 +12,12 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import fields as _fields
 from .context import Ctx
-from .fields import GENERIC, FieldAccess, collect
+from .fields import GENERIC, RETRY_AFTER_FIELDS, SHOULD_RETRY_FIELDS, FieldAccess, collect
 from .ietf import ietf, legacy_ietf
 from .model import HeadersLike, Hints, Quota, ResetFormat, hints_of
 from .numbers import parse_number
@@ -29,7 +29,7 @@ __all__ = ["EXTRACTORS", "has_hints", "read_fields", "read_hints"]
 
 log = logging.getLogger("smoothclient.hints")
 
-Extractor = Callable[[Ctx], Iterator[Quota]]
+Extractor = Callable[[Ctx], Iterable[Quota]]
 #: Each header family with the field-name prefixes that make it worth running: most responses
 #: carry none of them, and reading hints must cost next to nothing on a healthy origin.
 EXTRACTORS: tuple[tuple[Extractor, tuple[str, ...]], ...] = (
@@ -68,19 +68,36 @@ def _safely(what: str, fn: Callable[[Any], Any], arg: Any, default: Any) -> Any:
         return default
 
 
+_TIMING = frozenset(RETRY_AFTER_FIELDS)
+_VERDICT = frozenset(SHOULD_RETRY_FIELDS)
+_GLOBAL = frozenset({"x-ratelimit-global", "x-ratelimit-scope"})
+
+
 @functools.lru_cache(maxsize=256)
-def _extractors_for(names: tuple[str, ...]) -> tuple[Extractor, ...]:
-    """The extractors worth running on these field names (a server sends the same ones)."""
-    return tuple(
+def _plan(names: tuple[str, ...]) -> tuple[tuple[Extractor, ...], bool, bool, bool, bool]:
+    """
+    What is worth running on these field names (a server sends the same ones every time).
+
+    The extractors, then whether a ``Retry-After`` field, a verdict, an ``Age`` or a global
+    marker is among them: the readers of those are skipped when it is not.
+    """
+    extractors = tuple(
         extract
         for extract, prefixes in EXTRACTORS
         if any(name.startswith(prefixes) for name in names)
     )
+    return (
+        extractors,
+        not _TIMING.isdisjoint(names),
+        not _VERDICT.isdisjoint(names),
+        "age" in names,
+        not _GLOBAL.isdisjoint(names),
+    )
 
 
-def _gather_quotas(ctx: Ctx) -> list[Quota]:
+def _gather_quotas(ctx: Ctx, extractors: tuple[Extractor, ...]) -> list[Quota]:
     quotas: list[Quota] = []
-    for extract in _extractors_for(ctx.names):
+    for extract in extractors:
         try:
             quotas.extend(extract(ctx))
         except Exception:  # never crash on server input
@@ -110,10 +127,15 @@ def read_fields(
     if not found:
         return _EMPTY
     ctx = Ctx(found, time.time() if now is None else float(now), reset_format)
-    delay = _safely("Retry-After", retry_after, ctx, None)
-    verdict = _safely("should-retry", should_retry, ctx, None)
-    quotas = [] if _from_cache(ctx) else _gather_quotas(ctx)
-    return hints_of(quotas, retry_after=delay, should_retry=verdict, origin_wide=_global(ctx))
+    extractors, timed, verdicts, aged, marked = _plan(ctx.names)
+    delay = _safely("Retry-After", retry_after, ctx, None) if timed else None
+    verdict = _safely("should-retry", should_retry, ctx, None) if verdicts else None
+    quotas = (
+        [] if not extractors or (aged and _from_cache(ctx)) else _gather_quotas(ctx, extractors)
+    )
+    return hints_of(
+        quotas, retry_after=delay, should_retry=verdict, origin_wide=marked and _global(ctx)
+    )
 
 
 def _global(ctx: Ctx) -> bool:

@@ -15,10 +15,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TypeVar
+
+from .model import slot_init
 
 __all__ = ["Item", "SFVError", "Token", "parse_dictionary", "parse_list"]
 
 BareItem = int | Decimal | str | bytes | bool
+M = TypeVar("M")
 Params = dict[str, BareItem]
 
 
@@ -32,6 +36,7 @@ class Token(str):
     __slots__ = ()
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Item:
     """A bare item (or an inner list) with its parameters."""
@@ -105,9 +110,6 @@ class _Parser:
         self.s = text.strip(" \t")
         self.i = 0
 
-    def done(self) -> bool:
-        return self.i >= len(self.s)
-
     def expect(self, char: str) -> None:
         if not self.s.startswith(char, self.i):
             raise SFVError(f"expected {char!r} at {self.i}")
@@ -123,16 +125,22 @@ class _Parser:
         self.i = match.end()
         return match
 
-    def members(self, parse_one: Callable[[], None]) -> None:
-        while not self.done():
-            parse_one()
-            self.skip(_OWS)
-            if self.done():
-                return
-            self.expect(",")
-            self.skip(_OWS)
-            if self.done():
+    def members(self, parse_one: Callable[[], M]) -> list[M]:
+        """What ``parse_one`` reads of each comma-separated member (one loop, no callbacks)."""
+        s, end = self.s, len(self.s)
+        out: list[M] = []
+        while self.i < end:
+            out.append(parse_one())
+            i = _OWS.match(s, self.i).end()  # type: ignore[union-attr] # matches at least ""
+            if i >= end:
+                self.i = i
+                break
+            if s[i] != ",":
+                raise SFVError(f"expected ',' at {i}")
+            self.i = i = _OWS.match(s, i + 1).end()  # type: ignore[union-attr]
+            if i >= end:
                 raise SFVError("trailing comma")
+        return out
 
     def item_or_inner_list(self) -> Item:
         if self.s.startswith("(", self.i):
@@ -157,8 +165,12 @@ class _Parser:
 
     def params(self) -> Params:
         params: Params = {}
-        while self.s.startswith(";", self.i):
-            match = self._match(_PARAM, "parameter")
+        s = self.s
+        while s.startswith(";", self.i):
+            match = _PARAM.match(s, self.i)
+            if match is None:
+                raise SFVError(f"bad parameter at {self.i}")
+            self.i = match.end()
             params[match.group(1)] = True if match.lastindex == 1 else _bare(match, 2)
         return params
 
@@ -175,23 +187,18 @@ def parse_list(text: str) -> list[Item]:
 def _parse_list_cached(text: str) -> tuple[Item, ...]:
     """Servers repeat the same field values (a policy never changes): parse each once."""
     p = _Parser(text)
-    out: list[Item] = []
-    p.members(lambda: out.append(p.item_or_inner_list()))
-    return tuple(out)
+    return tuple(p.members(p.item_or_inner_list))
 
 
 def parse_dictionary(text: str) -> dict[str, Item]:
     """Parse an sf-dictionary; raise :class:`SFVError` when it is malformed."""
     p = _Parser(text)
-    out: dict[str, Item] = {}
 
-    def member() -> None:
+    def member() -> tuple[str, Item]:
         key = p.key()
         if p.s.startswith("=", p.i):
             p.i += 1
-            out[key] = p.item_or_inner_list()
-        else:
-            out[key] = Item(True, p.params())
+            return key, p.item_or_inner_list()
+        return key, Item(True, p.params())
 
-    p.members(member)
-    return out
+    return dict(p.members(member))  # a key given again keeps its place, takes the last value

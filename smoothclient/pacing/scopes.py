@@ -27,7 +27,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import TypeVar, Union
+from typing import Protocol, TypeVar, Union
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints, Quota, hints_of
@@ -344,6 +344,12 @@ def split(
     return seen
 
 
+class _TryNow(Protocol):
+    """:meth:`Tracker.try_now`'s shape (its parameter named, as the protocol's)."""
+
+    def __call__(self, now: float) -> bool: ...  # pragma: no cover - a protocol
+
+
 class Bound:
     """
     The :class:`~smoothclient.pacing.store.Tracker` of a request bound by several trackers.
@@ -354,7 +360,17 @@ class Bound:
     by are learned for its route (``book``), so the next request on the route is bound by them.
     """
 
-    __slots__ = ("_all", "book", "given", "healthy", "origin", "origin_bound", "route", "scopes")
+    __slots__ = (
+        "_all",
+        "book",
+        "given",
+        "healthy",
+        "origin",
+        "origin_bound",
+        "route",
+        "scopes",
+        "try_now",
+    )
 
     def __init__(
         self,
@@ -381,7 +397,11 @@ class Bound:
         self.given = given
         self.route = route
         self.book = book
-        self.healthy: Callable[[float], bool] = self._healthy
+        # bound by one tracker alone (a healthy origin's route with one scope): its own calls
+        alone = self._all[0] if len(self._all) == 1 else None
+        self.healthy: Callable[[float], bool] = self._healthy if alone is None else alone.healthy
+        #: Admitted at once by all, or by none (those that did are released).
+        self.try_now: _TryNow = self._try_now if alone is None else alone.try_now
 
     def __repr__(self) -> str:
         """Show the route and the scopes."""
@@ -402,8 +422,7 @@ class Bound:
         for tracker in self._all:
             tracker.note_success(now)
 
-    def try_now(self, now: float) -> bool:
-        """Admitted at once by all, or by none (those that did are released)."""
+    def _try_now(self, now: float) -> bool:
         taken: list[Tracker] = []
         for tracker in self._all:
             if not tracker.try_now(now):
