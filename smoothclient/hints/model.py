@@ -216,24 +216,19 @@ def hints_of(
     bound = binding(quotas)
     if bound is None:
         return Hints(
-            retry_after,
-            None,
-            None,
-            None,
-            None,
-            should_retry,
-            "requests",
-            tuple(quotas),
-            origin_wide,
+            retry_after=retry_after,
+            should_retry=should_retry,
+            quotas=tuple(quotas),
+            origin_wide=origin_wide,
         )
     return Hints(
-        retry_after,
-        bound.remaining,
-        bound.limit,
-        bound.window,
-        bound.reset_after,
-        should_retry,
-        bound.unit,
-        tuple(quotas),
-        origin_wide,
+        retry_after=retry_after,
+        remaining=bound.remaining,
+        limit=bound.limit,
+        window=bound.window,
+        reset_after=bound.reset_after,
+        should_retry=should_retry,
+        unit=bound.unit,
+        quotas=tuple(quotas),
+        origin_wide=origin_wide,
     )

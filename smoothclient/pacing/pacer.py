@@ -144,7 +144,7 @@ class Pacer:
         if scope is not None and not callable(scope):
             msg = f"scope must be a function of a ScopeRequest, not {type(scope).__name__}"
             raise TypeError(msg)
-        self.scope = scope
+        self._scope = scope
         self.max_routes = positive_int("max_routes", max_routes)
         self.max_scopes = positive_int("max_scopes", max_scopes)
         self.storage = storage
@@ -168,6 +168,11 @@ class Pacer:
         )
         #: The tracker of an origin if it has state (the fast lane's cheap look; no lock).
         self._peek: Callable[[str], Tracker | None] = self._store.peek
+
+    @property
+    def scope(self) -> ScopeFn | None:
+        """The caller's scope function, fixed at construction (edges read it when made)."""
+        return self._scope
 
     def __repr__(self) -> str:
         """Show how many origins are tracked."""

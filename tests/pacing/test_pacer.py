@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from smoothclient import Hints, Pacer, RetryBudget
+from smoothclient import GITHUB_SCOPES, Hints, Pacer, RetryBudget
 from smoothclient.pacing.learning import MAX_WINDOW_GUESSES
 from smoothclient.pacing.pacer import PacerLike
 from smoothclient.pacing.store import MemoryTracker
@@ -392,6 +392,14 @@ def test_the_view_shows_the_quota() -> None:
 
 def test_help_shows_the_views_and_not_the_edge_protocol() -> None:
     public = {name for name in dir(Pacer) if not name.startswith("_")}
-    assert public == {"origins", "routes", "scopes", "view"}
+    assert public == {"origins", "routes", "scope", "scopes", "view"}  # scope: a setting, read-only
     pacer = Pacer()
     assert isinstance(pacer, PacerLike)  # the edges' protocol, under underscores
+
+
+def test_the_scope_function_is_fixed_at_construction() -> None:
+    """Edges read the pacer's scope function when made: it cannot be swapped under them."""
+    pacer = Pacer(scope=GITHUB_SCOPES)
+    assert pacer.scope is GITHUB_SCOPES
+    with pytest.raises(AttributeError):
+        pacer.scope = None  # type: ignore[misc]
