@@ -80,7 +80,10 @@ def observe(
         if early is not None and sent_at is not None and sent_at >= early[0]:
             o.early_sent = None  # the answer to an early probe of a window's reset
             lead = early[1] - early[0]  # how long before the stated reset it went
-            if status < 400:
+            moved = hints.reset_after is not None and now + hints.reset_after > early[1] + SKEW
+            if status < 400 or moved:
+                # through, or rejected by a window that had reset (its reset moved on): the
+                # others of a fleet took it first; the probe was not early for the server
                 o.early_lead, o.early_misses = lead, 0
             else:
                 o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1

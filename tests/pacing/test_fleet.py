@@ -245,3 +245,27 @@ def test_a_ceiling_no_throttle_confirms_for_an_epoch_is_refuted() -> None:
     assert o.ceiling == math.inf
     assert o.pace.rate is not None
     assert o.pace.rate >= cut + 3.0  # not cut + 3 * PROBE_GAIN
+
+
+def test_an_early_probe_beaten_to_a_new_window_is_no_miss() -> None:
+    """
+    A window's early probe rejected by a window that had already reset (others took it).
+
+    Its answer states a later reset than the one probed: the probe was not early for the
+    server, only late for the fleet.  Counted as a miss, three of them in a row made every
+    process of a fleet wait for slowapi's stated reset, a second late: two seconds a window.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.known, o.kind = True, "window"
+    spent = Hints(remaining=0, limit=10, reset_after=2.0)
+    learning.observe(o, s, 200, spent, 0.0, sent_at=0.0, counted=False)
+    assert st.acquire(o, s, 0.0, 0.0, None).final is False  # waits: the probe goes halfway
+    probe = st.acquire(o, s, 1.0, 1.0, None)
+    assert probe.final
+    assert probe.delay == 0.0
+    assert o.early_sent is not None
+    o.waiting, o.in_flight = 0, 1
+    later = Hints(remaining=0, limit=10, reset_after=1.9)  # a new window's reset: 2.9, not 2.0
+    learning.observe(o, s, 429, later, 1.0, sent_at=1.0, counted=True)
+    assert o.early_misses == 0
+    assert o.early_lead == pytest.approx(1.0)
