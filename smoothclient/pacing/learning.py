@@ -15,7 +15,7 @@ import math
 from collections import deque
 
 from ..hints.model import Hints
-from .state import OriginState, Settings
+from .state import HORIZON, OriginState, Settings
 
 __all__ = ["observe"]
 
@@ -429,13 +429,18 @@ def _raise(o: OriginState, now: float, rate: float) -> None:
 
     The GCRA fixed the next slot one interval of the old rate after the last: at half a
     request a second, a rate doubled by the answer to that request still waited two seconds
-    for the next.  What is owed is kept in requests, not in seconds.
+    for the next.  It now comes one interval of the new rate after the last slot.  Only that
+    one interval moves: the slots already granted stay where they are (scaling the whole
+    span ahead put the next slot among them: threads that had theirs sent together, and a
+    Retry-After server's 429s cost a second each).  Only at under one request every two
+    HORIZONs, where a waiting request's slot is not yet fixed: above, moving it sent the
+    requests of a threaded herd on a 5 req/s bucket 0.5 s later in all (1.03x -> 1.11x).
     """
     pace = o.pace
     old = pace.interval
     pace.rate = rate
-    if old and pace.tat > now:
-        pace.tat = now + (pace.tat - now) * pace.interval / old
+    if old > 2 * HORIZON and pace.tat > now:
+        pace.tat -= old - pace.interval
 
 
 def _recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
