@@ -15,7 +15,7 @@ import math
 from collections import deque
 
 from ..hints.model import Hints
-from .state import OriginState, Settings
+from .state import HORIZON, OriginState, Settings
 
 __all__ = ["observe"]
 
@@ -34,6 +34,10 @@ NOISE_EVIDENCE = 3
 SKEW = 0.02
 #: Past the measured admitted rate, a learned rate grows by this many req/s each second.
 PROBE_GAIN = 0.3
+#: A measured admitted rate is refuted (the slow start resumes) only after this many
+#: successes without a throttle (and a whole EPOCH): at a fleet's share of a slow limiter
+#: an EPOCH holds less than one request, no evidence of anything.
+REFUTE_EVIDENCE = 4
 #: How much evidence (requests sent while the quota was spent, before its reset: admitted
 #: count +1, rejected -1, older evidence fading) makes the model a bucket or a window.
 EVIDENCE = 1.5
@@ -76,7 +80,10 @@ def observe(
         if early is not None and sent_at is not None and sent_at >= early[0]:
             o.early_sent = None  # the answer to an early probe of a window's reset
             lead = early[1] - early[0]  # how long before the stated reset it went
-            if status < 400:
+            moved = hints.reset_after is not None and now + hints.reset_after > early[1] + SKEW
+            if status < 400 or moved:
+                # through, or rejected by a window that had reset (its reset moved on): the
+                # others of a fleet took it first; the probe was not early for the server
                 o.early_lead, o.early_misses = lead, 0
             else:
                 o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
@@ -333,10 +340,14 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     same measured factor for all.  Between throttles the rate grows: multiplicatively until
     it reaches the last measured admitted rate (a slow start; the first measurement, taken
     during the first burst, is no ceiling, nor is a cut that found nothing delivered), then
-    additively by :data:`PROBE_GAIN` per second.  A ceiling is a share as much as a limit:
-    a whole :data:`EPOCH` at or above it without a throttle refutes it (the others of a
-    fleet are done), and the slow start resumes (a slow-start restart, not a crawl by
-    :data:`PROBE_GAIN` a second into a limiter left idle).
+    additively by :data:`PROBE_GAIN` per second.  A raise moves the slot already owed with
+    it, and a request waiting for a far slot in a slow start asks again halfway: at the
+    floor, a success that doubled the rate left the next request two seconds away all the
+    same (the processes of a fleet that lost the first wave took seconds to find a limiter
+    the others had left).  A ceiling is a share as much as a limit: a whole :data:`EPOCH` at
+    or above it without a throttle, over at least :data:`REFUTE_EVIDENCE` successes, refutes
+    it (the others of a fleet are done), and the slow start resumes (a slow-start restart,
+    not a crawl by :data:`PROBE_GAIN` a second into a limiter left idle).
     Additive increase with multiplicative decrease is the law that converges N senders to
     fair shares without starving any (Chiu and Jain, 1989), and measuring the decrease keeps
     one sender at 90-100% of the admitted rate.
@@ -356,6 +367,7 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     """
     pace = o.pace
     o.last_throttle = now
+    o.unthrottled = 0
     o.throttles.append(now)
     if o.throttles[0] < now - EPOCH:
         o.throttles.popleft()
@@ -398,12 +410,37 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     o.ceiling = rate if o.learned and delivered else math.inf
     if cut is not None and now - cut[0] < 3 * EPOCH:
         before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
+    elif throttled < NOISE_EVIDENCE:
+        # a share measured on a throttle or two is none: a limiter's first throttle comes
+        # with a share near 0, and any cut that lands a little above its rate raises it (read
+        # as noise, undone, throttles ignored for 10 EPOCHs: a storm).  Never undone.
+        share = 1.0
     o.cut = (now, before, share, rate)
     o.last_cut = now
     o.learned = True
     pace.rate = rate
     pace.burst = 1.0
     pace.tat = max(pace.tat, now)
+
+
+def _raise(o: OriginState, now: float, rate: float) -> None:
+    """
+    Raise the learned rate to ``rate``, the slot already owed included.
+
+    The GCRA fixed the next slot one interval of the old rate after the last: at half a
+    request a second, a rate doubled by the answer to that request still waited two seconds
+    for the next.  It now comes one interval of the new rate after the last slot.  Only that
+    one interval moves: the slots already granted stay where they are (scaling the whole
+    span ahead put the next slot among them: threads that had theirs sent together, and a
+    Retry-After server's 429s cost a second each).  Only at under one request every two
+    HORIZONs, where a waiting request's slot is not yet fixed: above, moving it sent the
+    requests of a threaded herd on a 5 req/s bucket 0.5 s later in all (1.03x -> 1.11x).
+    """
+    pace = o.pace
+    old = pace.interval
+    pace.rate = rate
+    if old > 2 * HORIZON and pace.tat > now:
+        pace.tat -= old - pace.interval
 
 
 def _recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
@@ -417,14 +454,23 @@ def _recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -
         # (no sign yet of how the cut rate fares)
         cut = o.cut
         top = math.inf if cut is None or cut[1] is None else cut[1]
-        pace.rate = max(pace.rate, min(top, _recent(o.successes, now - EPOCH) / EPOCH))
+        _raise(o, now, max(pace.rate, min(top, _recent(o.successes, now - EPOCH) / EPOCH)))
         if o.ceiling < math.inf:
             o.ceiling = max(o.ceiling, pace.rate)
     elif pace.rate is not None:
         # per success: below the measured admitted rate about x1.5 a second (half a
         # request per success), above it PROBE_GAIN req/s a second
-        if pace.rate >= o.ceiling and now - o.last_throttle >= EPOCH:
+        rate = pace.rate
+        o.unthrottled += 1
+        if (
+            rate >= o.ceiling
+            and now - o.last_throttle >= EPOCH
+            and o.unthrottled >= REFUTE_EVIDENCE
+        ):
             # a whole EPOCH without a throttle at or above the measured admitted rate: no
             # longer the limit (the others of a fleet are done): slow start again
             o.ceiling = math.inf
-        pace.rate += 0.5 if pace.rate < o.ceiling else PROBE_GAIN / pace.rate
+        if rate < o.ceiling:
+            _raise(o, now, rate + 0.5)
+        else:
+            _raise(o, now, rate + PROBE_GAIN / rate)

@@ -133,6 +133,7 @@ class OriginState:
     limit: float | None = None
     learned: bool = False
     last_throttle: float = -1e18
+    unthrottled: int = 0  # successes since the last throttle (a learned rate's evidence)
     # when recent successes came back (the admitted rate, should the server start to throttle)
     successes: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SUCCESSES))
     waiting: int = 0
@@ -211,7 +212,8 @@ def _plan(
     o: OriginState, now: float, not_before: float, deadline: float | None
 ) -> tuple[Admission, float | None]:
     """The answer for a slot no earlier than ``not_before``, and the slot if it is granted."""
-    at = _slot(o, max(now, not_before, o.gate))
+    start = max(now, not_before, o.gate)
+    at = _slot(o, start)
     if at is None:  # a reset is being probed: its answer says how many may go
         return Admission(
             max(PROBE_POLL, (o.reset_probe or now) - now + PROBE_POLL), final=False
@@ -221,6 +223,18 @@ def _plan(
     if at - now > HORIZON:
         # too far ahead to fix a slot: the rate may change before then; ask again
         again = at - now - HORIZON / 2
+        pace = o.pace
+        if (
+            o.learned
+            and pace.interval > HORIZON
+            and pace.rate is not None
+            and pace.rate < o.ceiling
+        ):
+            # a learned rate slow-starting from under one request a HORIZON (a fleet's
+            # process that lost the first wave, paced from the floor) grows with each success
+            # and every slot with it: ask again halfway, so a rate raised meanwhile applies
+            # within half the wait, not after all of it
+            again = min(again, start - now + (at - start) / 2)
         if o.in_flight and o.avail is not None and o.avail < 1:
             # the ledger ran out with answers in flight: an overtaken one gives a token back
             again = min(again, HORIZON / 2)

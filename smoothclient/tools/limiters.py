@@ -240,6 +240,7 @@ def run_herd(
     rtt: float = 0.002,
     spread: float = 0.0,
     stagger: float = 0.0,
+    proc_stagger: float = 0.0,
     retry_after: float | None = None,
     policy: Any = None,
     seed: int = 0,
@@ -252,6 +253,8 @@ def run_herd(
     ``spread``: each answer takes up to this much longer on its way back (at random, seeded),
     so answers overtake each other; ``stagger``: each call starts up to this much later (at
     random, seeded), so sends and answers interleave.  Both as for a herd sent from threads.
+    ``proc_stagger``: client ``i`` starts ``i * proc_stagger`` seconds late (the processes of a
+    real fleet released together are milliseconds apart, and the first takes the whole burst).
     """
     import httpx
     import trio
@@ -288,6 +291,8 @@ def run_herd(
 
     async def client(index: int) -> None:
         nonlocal failed
+        if proc_stagger:
+            await trio.sleep(index * proc_stagger)
         transport = AsyncSmoothTransport(
             httpx.MockTransport(handler),
             policy=chosen,

@@ -52,6 +52,77 @@ def test_a_fleet_sharing_nothing_sends_few_extra_429s(
     assert statistics.median(r.ratio for r in results) <= 1.75
 
 
+@pytest.mark.parametrize("procs", [3, 6])
+def test_a_fleet_whose_first_process_took_the_whole_burst_drains_near_the_ideal(
+    procs: int,
+) -> None:
+    """
+    Processes 10 ms apart: the first takes nginx's whole burst, the others see only 429s.
+
+    Those are paced from the floor (half a request a second) and slow-start from there; the
+    first finishes within two seconds and leaves the limiter to them.  They took four seconds
+    to find it (1.74 times the ideal with three processes): a success at the floor grew the
+    rate by a quarter, the slot already owed stayed where the old rate had put it, and the
+    requests waiting for it slept until then whatever the new rate.
+    """
+    results = [
+        run_herd(nginx(), "bare", 20, procs=procs, proc_stagger=0.01, seed=seed) for seed in SEEDS
+    ]
+    assert all(r.failed == 0 for r in results)
+    assert statistics.median(r.extra_429s_per_call for r in results) <= 0.5
+    assert statistics.median(r.ratio for r in results) <= 1.5
+
+
+def _at_the_floor() -> tuple[st.OriginState, st.Settings]:
+    """A process whose first wave was all throttled: paced at the floor."""
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.first_seen = 0.0
+    for _ in range(learning.YOUNG_EVIDENCE):
+        learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
+    assert o.pace.rate == s.learned_floor
+    return o, s
+
+
+def test_a_raised_rate_moves_the_slot_already_owed() -> None:
+    """At half a request a second, a success that doubles the rate halves the wait for the next."""
+    o, s = _at_the_floor()
+    assert st.acquire(o, s, 2.0, 2.0, None).delay == 0.0  # the next one goes at 2.0 ...
+    o.waiting -= 1
+    learning.observe(o, s, 200, Hints(), 2.002, sent_at=2.0, counted=False)
+    assert o.pace.rate == pytest.approx(s.learned_floor + 0.5)  # ... gets through: doubled
+    assert o.pace.earliest(2.002) == pytest.approx(3.0, abs=0.01)  # not 4.0
+
+
+def test_a_request_far_from_its_slot_in_a_slow_start_asks_again_halfway() -> None:
+    """A rate raised while it waits applies to it within half its wait, not after all of it."""
+    o, s = _at_the_floor()
+    st.acquire(o, s, 0.01, 0.01, None)  # the slot at once; the next is 2 s on
+    answer = st.acquire(o, s, 0.02, 0.02, None)
+    assert not answer.final
+    assert answer.delay <= 1.0
+    # a gate stated by the server does not move: asked for again just before it opens
+    o.gate = 5.0
+    assert st.acquire(o, s, 0.02, 0.02, None).delay == pytest.approx(5.0 - 0.02 - st.HORIZON / 2)
+
+
+def test_a_ceiling_is_refuted_by_successes_not_by_an_idle_epoch() -> None:
+    """
+    At a six-process fleet's share of a 5 req/s limiter (under one request a second), an
+    EPOCH without a throttle holds one success or none: no evidence that the others are
+    done.  Refuted on it, the slow start resumed and overshot again and again.
+    """
+    o, s = _at_the_floor()
+    o.pace.rate, o.ceiling = 0.8, 0.8
+    now = 1.0
+    for _ in range(learning.REFUTE_EVIDENCE - 1):
+        now += 1.25
+        learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
+    assert o.ceiling == 0.8  # still the limit: the rate grew additively
+    now += 1.25
+    learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
+    assert o.ceiling == math.inf
+
+
 @dataclass
 class Logged(TokenBucket):
     """A token bucket that remembers when it admitted a request."""
@@ -63,6 +134,33 @@ class Logged(TokenBucket):
         if verdict.admitted:
             self.admitted.append(now)
         return verdict
+
+
+def test_a_limiters_first_throttle_measures_no_share_of_noise() -> None:
+    """
+    A cut on a limiter's first throttle (one in forty) that lands a little above its rate.
+
+    A few more throttles follow: the share rose from 1 in 40, but that share was measured
+    on one throttle.  Read as noise, the cut was undone and throttles ignored for ten
+    seconds: a storm (a single pacer at 40 req/s sent 700 429s for 400 calls).
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.first_seen, o.learned, o.ceiling = 0.0, True, math.inf
+    o.pace.rate = 55.0
+    now = 2.0
+    for _ in range(40):  # a second at the limiter's rate, all through
+        now += 1 / 40
+        learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.002, counted=False)
+    learning.observe(o, s, 429, Hints(), now + 0.001, sent_at=now, counted=False)
+    assert o.pace.rate is not None
+    cut = o.pace.rate
+    assert cut <= 42.0
+    for i in range(20):  # cut a little above the limiter's 40 req/s: a few more throttles
+        now += 1 / cut
+        status = 429 if i % 5 == 4 else 200
+        learning.observe(o, s, status, Hints(), now, sent_at=now - 0.002, counted=False)
+    assert o.pace.rate <= cut  # not undone to 55 req/s
+    assert o.noise_until < now
 
 
 @pytest.mark.parametrize("rate", [10, 40])
@@ -147,3 +245,27 @@ def test_a_ceiling_no_throttle_confirms_for_an_epoch_is_refuted() -> None:
     assert o.ceiling == math.inf
     assert o.pace.rate is not None
     assert o.pace.rate >= cut + 3.0  # not cut + 3 * PROBE_GAIN
+
+
+def test_an_early_probe_beaten_to_a_new_window_is_no_miss() -> None:
+    """
+    A window's early probe rejected by a window that had already reset (others took it).
+
+    Its answer states a later reset than the one probed: the probe was not early for the
+    server, only late for the fleet.  Counted as a miss, three of them in a row made every
+    process of a fleet wait for slowapi's stated reset, a second late: two seconds a window.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.known, o.kind = True, "window"
+    spent = Hints(remaining=0, limit=10, reset_after=2.0)
+    learning.observe(o, s, 200, spent, 0.0, sent_at=0.0, counted=False)
+    assert st.acquire(o, s, 0.0, 0.0, None).final is False  # waits: the probe goes halfway
+    probe = st.acquire(o, s, 1.0, 1.0, None)
+    assert probe.final
+    assert probe.delay == 0.0
+    assert o.early_sent is not None
+    o.waiting, o.in_flight = 0, 1
+    later = Hints(remaining=0, limit=10, reset_after=1.9)  # a new window's reset: 2.9, not 2.0
+    learning.observe(o, s, 429, later, 1.0, sent_at=1.0, counted=True)
+    assert o.early_misses == 0
+    assert o.early_lead == pytest.approx(1.0)
