@@ -20,7 +20,9 @@ from smoothclient.pacing import learning
 from smoothclient.pacing import state as st
 from smoothclient.tools.limiters import Limiter, Style, TokenBucket, Verdict, run_herd
 
-SEEDS = range(5)
+#: Nine draws: trio's task order is not seeded (equal deadlines wake in an order of memory
+#: addresses), so a median over five still crossed a bound about once in twenty runs.
+SEEDS = range(9)
 
 
 def nginx() -> TokenBucket:
