@@ -69,25 +69,6 @@ def _fast_access() -> FieldAccess:
 
 
 HEADER_ACCESS = _fast_access()
-_SCHEME_HOST_PORT = operator.itemgetter(0, 2, 3)
-
-
-def _parsed_urls() -> bool:
-    """
-    Whether a URL's scheme, host and port can be read from httpx's parsed reference.
-
-    One C-level read instead of three properties (one of which encodes the host).  Checked
-    once, as :func:`_fast_access` is, so another httpx layout falls back to the properties.
-    """
-    sample = httpx.URL("https://User@[::1]:8443/a?b")
-    try:
-        parts = _SCHEME_HOST_PORT(sample._uri_reference)
-    except (AttributeError, TypeError, IndexError):  # pragma: no cover - a future httpx
-        return False
-    return bool(parts == (sample.scheme, sample.raw_host.decode("ascii"), sample.port))
-
-
-_PARSED_URLS = _parsed_urls()
 
 
 def _failure(exc: Exception) -> Failure | None:
@@ -259,9 +240,7 @@ class _Base(Edge):
     @staticmethod
     def _origin(request: httpx.Request) -> str:
         url = request.url
-        if _PARSED_URLS:
-            return origin_key(*_SCHEME_HOST_PORT(url._uri_reference))
-        return origin_key(url.scheme, url.raw_host, url.port)  # pragma: no cover - another httpx
+        return origin_key(url.scheme, url.raw_host, url.port)
 
     def _info(self, request: httpx.Request) -> RequestInfo:
         key = self._core.policy.idempotency_header

@@ -75,11 +75,13 @@ def ietf(ctx: Ctx) -> list[Quota]:
             _ietf_items(ctx, items, policies, paired, quotas)
     for name, (quota, window, unit) in policies.items():
         if name not in paired and not name.startswith("#") and unit == "requests":
-            size = None if window is None else float(window)
-            quotas.append(
-                Quota(f"ietf:{name}", None, float(quota), size, None, scope=scope_name(name))
-            )
+            size, scope = _opt(window), scope_name(name)
+            quotas.append(Quota(f"ietf:{name}", None, float(quota), size, None, scope=scope))
     return quotas
+
+
+def _opt(value: int | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _ietf_items(
@@ -102,8 +104,8 @@ def _ietf_items(
             Quota(
                 f"ietf:{item.value}",
                 float(remaining),
-                None if quota is None else float(quota),
-                None if window is None else float(window),
+                _opt(quota),
+                _opt(window),
                 None if t is None else ctx.delta(float(t)),
                 unit,
                 scope_name(item.value),

@@ -408,10 +408,7 @@ class Bound:
         return f"<Bound {self.route!r} scopes={[name for name, _ in self.scopes]}>"
 
     def _healthy(self, now: float) -> bool:
-        for tracker in self._all:  # noqa: SIM110 - a loop: all() of a generator costs more here
-            if not tracker.healthy(now):
-                return False
-        return True
+        return all(tracker.healthy(now) for tracker in self._all)
 
     @property
     def note_success(self) -> Callable[[float], None]:
@@ -506,7 +503,7 @@ class Bound:
             and not self.given
             and hints.retry_after is None
             and hints.should_retry is None
-            and _all_of(scopes[0][0], hints.quotas)
+            and all(quota.scope == scopes[0][0] for quota in hints.quotas)
         ):  # the common case, as split() would have it: all of it is the one scope's
             scopes[0][1].observe(status, hints, now, sent_at=sent_at, counted=counted)
             self.origin.note_success(now)
@@ -574,14 +571,6 @@ class Bound:
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
         """``look`` at the origin's state."""
         return self.origin.read(look, fresh=fresh)
-
-
-def _all_of(scope: str, quotas: tuple[Quota, ...]) -> bool:
-    """Whether every one of ``quotas`` is ``scope``'s (a loop: all() of a generator costs more)."""
-    for quota in quotas:  # noqa: SIM110
-        if quota.scope != scope:
-            return False
-    return True
 
 
 def names_new_scopes(tracker: Tracker, hints: Hints) -> bool:
