@@ -280,25 +280,14 @@ def test_a_bucket_closes_only_on_a_throttle_its_mirror_did_not_expect() -> None:
     """A known bucket: a rejection sent before its token was due leaves the gate open."""
     o, s = _guessed_spent(0.5)
     o.kind, o.guess_whole = "bucket", True
-    learning.observe(
-        o,
-        s,
-        429,
-        Hints(remaining=0, limit=10, reset_after=0.45),
-        0.05,
-        sent_at=0.03,
-        counted=False,
-    )
+
+    def rejected(reset_after: float, now: float, sent_at: float) -> None:
+        spent = Hints(remaining=0, limit=10, reset_after=reset_after)
+        learning.observe(o, s, 429, spent, now, sent_at=sent_at, counted=False)
+
+    rejected(0.45, now=0.05, sent_at=0.03)
     assert o.gate == 0.0  # 0.03 s after it ran out: no token was due at 20 req/s
-    learning.observe(
-        o,
-        s,
-        429,
-        Hints(remaining=0, limit=10, reset_after=0.4),
-        0.1,
-        sent_at=0.08,
-        counted=False,
-    )
+    rejected(0.4, now=0.1, sent_at=0.08)
     assert o.gate == pytest.approx(0.5)  # one was: the mirror is off, wait for the reset
 
 
