@@ -84,6 +84,11 @@ def _budgets(value: list[Any]) -> dict[RetryBudget, BudgetCounts]:
     return found
 
 
+def _tuple(value: list[Any] | None) -> tuple[Any, ...] | None:
+    """An optional tuple field (JSON writes it as a list)."""
+    return None if value is None else tuple(value)
+
+
 _LOADERS: dict[str, Any] = {
     "pace": _gcra,
     "window_guesses": lambda v: {k: float(x) for k, x in v},
@@ -91,10 +96,10 @@ _LOADERS: dict[str, Any] = {
     "throttles": _load_times,
     "successes": _load_times,
     "routes": lambda v: {str(k): tuple(str(n) for n in names) for k, names in v.items()},
-    "cut": lambda v: None if v is None else tuple(v),
-    "exhausted": lambda v: None if v is None else tuple(v),
-    "ledger_set": lambda v: None if v is None else tuple(v),
-    "early_sent": lambda v: None if v is None else tuple(v),
+    "cut": _tuple,
+    "exhausted": _tuple,
+    "ledger_set": _tuple,
+    "early_sent": _tuple,
 }
 
 

@@ -144,7 +144,7 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
         o.given_back -= 1  # it went on a token the ledger had counted twice: no refill
         return
     if weight > 0:
-        o.admitted = (o.admitted if o.admitted_since == spent[0] else 0) + 1
+        o.admitted = _admitted(o, spent[0]) + 1
         o.admitted_since = spent[0]
     interval, limit, remaining = o.pace.interval, hints.limit, hints.remaining
     if weight > 0 and interval and limit and remaining is not None:
@@ -172,8 +172,12 @@ def _owed(o: OriginState, hints: Hints, sent_at: float | None) -> bool:
     if not hints.window and not o.guess_whole:
         return False
     refilled = (sent_at - spent[0]) / interval
-    admitted = o.admitted if o.admitted_since == spent[0] else 0
-    return refilled + 1e-9 >= admitted + 1
+    return refilled + 1e-9 >= _admitted(o, spent[0]) + 1
+
+
+def _admitted(o: OriginState, since: float) -> int:
+    """Requests sent into the quota spent ``since`` that got through (0 for another period)."""
+    return o.admitted if o.admitted_since == since else 0
 
 
 def _vote(o: OriginState, weight: float) -> None:
