@@ -4,7 +4,8 @@ The edges: where smoothclient meets a client library, sends, sleeps and closes r
 - :mod:`.flow`: one logical call as a generator of actions (no I/O), driven sync or async;
 - :mod:`.lane`: the hot path (a first attempt that needs no waiting skips the flow);
 - :mod:`.base`: :class:`~.base.EdgeCore`, the one shape of a call every edge runs;
-- :mod:`.httpx_transport`, :mod:`.requests_adapter`: the edges themselves.
+- :mod:`.httpx_transport`, :mod:`.requests_adapter`: the edges themselves;
+- :mod:`.watchdog`: cuts a sync attempt at the deadline by shutting its socket.
 
 A new edge is a module here built on ``EdgeCore``, added to the edge contract tests.
 """

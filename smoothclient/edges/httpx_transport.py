@@ -128,8 +128,9 @@ async def _bounded(
 
     Each read's own timeout bounds one read only: a header block dripped a byte at a time
     would hold the attempt past the call's deadline.  A cancel scope bounds the whole
-    attempt (``asyncio.timeout`` on asyncio, ``anyio`` elsewhere, e.g. trio).  Sync edges
-    have no such scope: there each read is bounded, not the attempt.
+    attempt (``asyncio.timeout`` on asyncio, ``anyio`` elsewhere, e.g. trio).  The requests
+    adapter shuts the socket instead (:mod:`.watchdog`); httpx's sync transport bounds each
+    read only: no public hook reaches the socket of a connection its pool reuses.
     """
     import asyncio  # imported here: only async callers come this way, and it is cheap then
 

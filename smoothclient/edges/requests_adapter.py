@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import io
 import random
@@ -17,9 +18,13 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import requests
+import urllib3.poolmanager
 from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError
+from urllib3.response import BaseHTTPResponse
 from urllib3.util import Retry, parse_url
 
 from ..engine.decide import ErrorKind
@@ -31,6 +36,7 @@ from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
 from .base import Edge, EdgeCore, RequestInfo, drainable, policy_fields
 from .flow import Failure, Reply
+from .watchdog import Watch, Watchdog
 
 __all__ = ["RateLimitedError", "SmoothAdapter"]
 
@@ -131,6 +137,59 @@ def _path(url: str) -> str:
     return parse_url(url).path or "/"
 
 
+#: The attempt this thread is in, and its deadline's watch (set by :class:`SmoothAdapter`).
+_WATCH: contextvars.ContextVar[Watch | None] = contextvars.ContextVar("_WATCH", default=None)
+
+
+def _watched(sock: Any, getresponse: Callable[[], BaseHTTPResponse]) -> BaseHTTPResponse:
+    """Read the response head with the socket under the attempt's watch (if any)."""
+    watch = _WATCH.get()
+    if watch is None:
+        return getresponse()
+    watch.attach(sock)
+    try:
+        return getresponse()
+    finally:
+        watch.done = True
+
+
+class _CutHTTPConnection(HTTPConnection):
+    """urllib3's connection, its response head read under the attempt's watch."""
+
+    def getresponse(self) -> Any:
+        return _watched(self.sock, super().getresponse)
+
+
+class _CutHTTPSConnection(HTTPSConnection):
+    """urllib3's TLS connection, its response head read under the attempt's watch."""
+
+    def getresponse(self) -> Any:
+        return _watched(self.sock, super().getresponse)
+
+
+class _CutHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _CutHTTPConnection
+
+
+class _CutHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _CutHTTPSConnection
+
+
+def _cut_pools(manager: Any) -> Any:
+    """
+    ``manager`` making its pools of the connections above, when it makes urllib3's own.
+
+    ``pool_classes_by_scheme`` is the attribute urllib3 sets on each manager to be replaced;
+    a manager with pools of its own (SOCKS) keeps them, and its reads stay bounded one by one.
+    """
+    if (
+        getattr(manager, "pool_classes_by_scheme", None)
+        is urllib3.poolmanager.pool_classes_by_scheme
+    ):
+        manager.pool_classes_by_scheme = {"http": _CutHTTPPool, "https": _CutHTTPSPool}
+    return manager
+
+
 #: What HTTPAdapter itself takes.
 _ADAPTER_ARGS = frozenset({"pool_connections", "pool_maxsize", "pool_block"})
 
@@ -209,6 +268,16 @@ class SmoothAdapter(Edge, HTTPAdapter):
         self._sleep = sleep
         super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
 
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        """requests' pool manager, its connections' response heads cut at the deadline."""
+        self._watchdog = Watchdog()
+        super().init_poolmanager(*args, **kwargs)
+        _cut_pools(self.poolmanager)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        """requests' proxy manager, its connections' response heads cut at the deadline."""
+        return _cut_pools(super().proxy_manager_for(proxy, **proxy_kwargs))
+
     #: What pickling keeps (requests pickles sessions with their adapters): the pacer comes
     #: back empty with its settings, shared as before by the adapters that shared it.
     __attrs__ = [*HTTPAdapter.__attrs__, "_core", "_sleep"]  # noqa: RUF012
@@ -223,9 +292,25 @@ class SmoothAdapter(Edge, HTTPAdapter):
         def attempt(request: requests.PreparedRequest, left: float | None) -> requests.Response:
             if rewind is not None:
                 rewind()
-            if left is not None:  # no attempt outlives the policy's deadline
-                kwargs["timeout"] = _cut(kwargs.get("timeout"), left)
-            return super(SmoothAdapter, self).send(request, **kwargs)
+            if left is None:
+                return super(SmoothAdapter, self).send(request, **kwargs)
+            # no attempt outlives the policy's deadline: each read's timeout is cut to it, and
+            # the watchdog shuts a response head that drips on past it
+            kwargs["timeout"] = _cut(kwargs.get("timeout"), left)
+            watch = self._watchdog.watch(self._watchdog.clock() + left)
+            token = _WATCH.set(watch)
+            try:
+                return super(SmoothAdapter, self).send(request, **kwargs)
+            except requests.RequestException as exc:
+                if watch.cut:
+                    msg = (
+                        f"the attempt outlasted what was left of the call's deadline ({left:.3g} s)"
+                    )
+                    raise requests.ReadTimeout(msg, request=request) from exc
+                raise
+            finally:
+                watch.done = True
+                _WATCH.reset(token)
 
         def info(request: requests.PreparedRequest) -> RequestInfo:
             key = core.policy.idempotency_header

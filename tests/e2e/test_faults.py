@@ -101,15 +101,18 @@ def test_an_answer_that_never_comes_ends_at_the_deadline(
     assert elapsed < 1.5
 
 
-@pytest.mark.parametrize("run", [_httpx_async, _httpx_async_on("trio")], ids=["asyncio", "trio"])
-def test_a_dripped_header_block_ends_at_the_deadline_on_async_edges(
-    server: LimitedServer, run: Get
-) -> None:
+@pytest.mark.parametrize(
+    "run",
+    [_httpx_async, _httpx_async_on("trio"), _requests],
+    ids=["asyncio", "trio", "requests"],
+)
+def test_a_dripped_header_block_ends_at_the_deadline(server: LimitedServer, run: Get) -> None:
     """
     Every read is quick but the header block never ends: the whole attempt is cut.
 
-    Only async edges can do that (a cancel scope); sync edges bound each read, not the
-    attempt, and are not tested here.
+    Async edges cut it with a cancel scope, the requests adapter with its watchdog (it shuts
+    the socket).  httpx's sync transport bounds each read only (no public hook reaches the
+    socket of a reused connection), and is not tested here.
     """
     policy = FAST.replace(timeout=0.8)
     start = time.monotonic()
@@ -118,3 +121,18 @@ def test_a_dripped_header_block_ends_at_the_deadline_on_async_edges(
     assert status is None  # httpx's own ReadTimeout, with the call's record
     assert record["attempts"] == 1
     assert elapsed < 1.3
+
+
+def test_a_dripped_header_block_on_a_reused_connection_is_cut(server: LimitedServer) -> None:
+    """The requests adapter's watchdog follows a connection from the pool, too."""
+    adapter = SmoothAdapter(policy=FAST.replace(timeout=0.8))
+    with requests.Session() as session:
+        session.mount("http://", adapter)
+        assert session.get(f"{server.url}/fault/none").status_code == 404  # a quick answer
+        start = time.monotonic()
+        with pytest.raises(requests.ReadTimeout):
+            session.get(f"{server.url}/fault/drip?reused")
+        assert time.monotonic() - start < 1.3
+        pools = adapter.poolmanager.pools
+        made = [pools[key].num_connections for key in pools.keys()]  # noqa: SIM118 - no iter
+        assert made == [1]  # the drip came on the first request's connection
