@@ -84,8 +84,10 @@ def _store(
         raise ValueError(msg)
     from .redis_store import RedisStore, connect  # only for a shared storage
 
-    client = connect(storage, timeout)
-    store = RedisStore(client, settings, max_keys=max_keys, max_scoped=max_scoped, timeout=timeout)
+    client, loops = connect(storage, timeout)
+    store = RedisStore(
+        client, settings, max_keys=max_keys, max_scoped=max_scoped, timeout=timeout, loops=loops
+    )
     return store, store.link.clock
 
 
