@@ -46,7 +46,7 @@ from .scopes import (
     template,
 )
 from .state import OriginView, Settings
-from .store import MemoryStore, Store, Tracker
+from .store import MemoryStore, Steps, Store, Tracker, run, stepwise
 
 __all__ = ["Pacer", "PacerLike"]
 
@@ -215,8 +215,23 @@ class Pacer:
         late: bool = False,
         fresh: bool = False,
     ) -> Tracker | None:
+        """The tracker of one request when scopes bind it, else ``None`` (see :meth:`_binding`)."""
+        return run(self._binding(origin, request, route_of, scope=scope, late=late, fresh=fresh))
+
+    def _binding(
+        self,
+        origin: str,
+        request: object,
+        route_of: Callable[[object], tuple[str, str]],
+        *,
+        scope: ScopeFn | None = None,
+        late: bool = False,
+        fresh: bool = False,
+    ) -> Steps[Tracker | None]:
         """
         The tracker of one request when scopes bind it, else ``None`` (its origin's alone).
+
+        A step (a generator of a shared store's round trips: :mod:`.store`).
 
         ``route_of(request)`` gives its method and path, asked for only when the origin has
         scopes or a scope function applies.  ``scope`` overrides the pacer's function.
@@ -235,7 +250,9 @@ class Pacer:
         method = method.upper()
         given = names_of(fn(ScopeRequest(method, origin, path, request))) if fn and not late else ()
         route = template(method, path)
-        told = self._told(origin, route, book, fresh) if self.shared and not late else None
+        told = None
+        if self.shared and not late:
+            told = yield from self._told(origin, route, book, fresh)
         if book is None:
             if not (given or late or told):
                 return None
@@ -251,21 +268,24 @@ class Pacer:
             if not pairs:
                 return None
         tracker = self._store.peek(origin) or self._store.tracker(origin)
-        origin_bound = not tracker.healthy(self.clock())
+        origin_bound = not (yield from stepwise(tracker).healthy(self.clock()))
         if not given:  # the scopes the server named on this route: one Bound for them all
             return book.bound(tracker, route, pairs, origin_bound)
         return Bound(tracker, pairs, given=given, route=route, book=book, origin_bound=origin_bound)
 
     def _told(
         self, origin: str, route: str, book: OriginScopes | None, fresh: bool
-    ) -> tuple[str, ...] | None:
+    ) -> Steps[tuple[str, ...] | None]:
         """A shared store: the scopes another process learned on ``route``, if this one has not."""
         if book is not None and book.routes.peek(route) is not None:
             return None
         tracker = self._store.tracker(origin) if fresh else self._store.peek(origin)
         if tracker is None:
             return None
-        return tracker.read(lambda o: o.routes.get(route) if o.routes else None)
+        told = yield from stepwise(tracker).read(
+            lambda o: o.routes.get(route) if o.routes else None
+        )
+        return told
 
     def _scope_tracker(self, origin: str, scope: str) -> Tracker:
         return self._store.tracker(scope_key(origin, scope))

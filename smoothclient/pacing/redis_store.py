@@ -132,7 +132,7 @@ def _async_like(client: Any, timeout: float) -> Any:
     name, kwargs = _portable(client.connection_pool, timeout)
     cls = getattr(redis.asyncio.connection, name, redis.asyncio.connection.Connection)
     pool = redis.asyncio.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
-    return redis.asyncio.Redis(connection_pool=pool, auto_close_connection_pool=True)
+    return redis.asyncio.Redis(connection_pool=pool)
 
 
 def _sync_like(client: Any, timeout: float) -> Any:
@@ -145,15 +145,18 @@ def _sync_like(client: Any, timeout: float) -> Any:
     name, kwargs = _portable(client.connection_pool, timeout)
     cls = getattr(redis.connection, name, redis.connection.Connection)
     pool = redis.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
-    return redis.Redis(connection_pool=pool)
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # its pool is its own: closed with it
+    return client
 
 
-async def _closing(client: Any) -> AsyncIterator[None]:
+async def _closing(client: Any, gone: Callable[[], object]) -> AsyncIterator[None]:
     """Closes ``client`` when its event loop shuts its async generators down (``asyncio.run``)."""
     try:
         yield
     finally:
-        await client.aclose()
+        gone()
+        await client.aclose(close_connection_pool=True)
 
 
 class LoopClients:
@@ -187,7 +190,7 @@ class LoopClients:
                 client, keeper = self.given, None
             else:
                 client = self.make()
-                keeper = _closing(client)
+                keeper = _closing(client, functools.partial(self._loops.pop, loop, None))
                 await keeper.__anext__()  # the loop finalizes it at shutdown: client closed
             entry = (client.register_script(_SAVE), client.register_script(_READ), keeper)
             self._loops[loop] = entry
@@ -397,9 +400,16 @@ class RedisTracker:
         self.lock = threading.Lock()  # the copy (never held across a round trip)
         self.turn = threading.Lock()  # threads' sync steps, one at a time
         self.healthy: Callable[[float], bool] = self._healthy
-        #: The steps as generators of round trips (what async edges drive).
-        self.steps = RedisSteps(self)
-        self._sync = RedisSteps(self, self.turn)
+
+    @property
+    def steps(self) -> RedisSteps:
+        """The steps as generators of round trips (what async edges drive)."""
+        return RedisSteps(self)  # made when asked: no cycle keeps a dropped store's client
+
+    @property
+    def _sync(self) -> RedisSteps:
+        """The steps as the plain methods take them: threads one at a time (``turn``)."""
+        return RedisSteps(self, self.turn)
 
     # ------------------------------------------------------------------ the copy
 
