@@ -542,6 +542,7 @@ class RedisTracker:
             else:
                 stale = False
                 counts = [max(0, self.mine[0]), max(0, self.mine[1])]
+                expected = list(self.mine)
                 cohort = dict(self.others)
                 cohort[self.me] = [*counts, now]
                 args = [
@@ -572,7 +573,9 @@ class RedisTracker:
                         self.version, self.text, self.written = int(version), text, counts
                         if self.state is not state:
                             self.state, self.epoch = state, self.epoch + 1
-                        self._count()
+                            self._count()
+                        elif self.mine != expected:  # counts changed while it was out
+                            self._count()
                     self.wrote_at = now
                     return result, None
                 self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]  # not counted

@@ -21,8 +21,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
@@ -60,8 +59,7 @@ class Carrier(Protocol):
         """The reply to ``trip`` without blocking the event loop (bounded); raises likewise."""
 
 
-@dataclass(frozen=True, slots=True)
-class Trip:
+class Trip(NamedTuple):
     """One round trip a step asks for: ``op`` (a script's name) on ``keys`` with ``args``."""
 
     carrier: Carrier

@@ -466,26 +466,27 @@ def test_async_steps_fail_open_at_once_when_redis_dies(
 
 
 def test_async_steps_fail_open_when_redis_stalls(server: RedisServer) -> None:
-    """CLIENT PAUSE (Redis stops answering): a step gives up after the timeout, not later."""
+    """CLIENT PAUSE (Redis stops answering for 0.8 s): a step gives up at its timeout."""
     import asyncio
 
-    (pacer,) = fleet(server, 1, storage_timeout=0.05)
+    (pacer,) = fleet(server, 1, storage_timeout=0.2)
     tracker = pacer._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
 
     async def main() -> float:
         await run_async(tracker.steps.observe(200, Hints(), pacer.clock(), counted=False))
+        assert tracker.link.up
         with redis.Redis.from_url(server.url) as admin:
-            admin.execute_command("CLIENT", "PAUSE", 500, "ALL")
+            admin.execute_command("CLIENT", "PAUSE", 800, "ALL")
             started = time.monotonic()
             await run_async(tracker.steps.observe(503, Hints(retry_after=5.0), pacer.clock()))
             took = time.monotonic() - started
+            assert not tracker.link.up  # noted down: the next steps go to memory at once
+            assert tracker.fallback.view(pacer.clock()).gate_in > 4  # the step taken in memory
             admin.execute_command("CLIENT", "UNPAUSE")
         return took
 
-    assert asyncio.run(main()) < 0.2
-    assert not tracker.link.up
-    assert tracker.fallback.view(pacer.clock()).gate_in > 4  # the step was taken in memory
+    assert asyncio.run(main()) < 0.2 + 0.5  # the timeout, and a loaded machine's slack
 
 
 def test_concurrent_tasks_never_share_a_slot_nor_lose_counts(server: RedisServer) -> None:
