@@ -30,8 +30,30 @@ atomic across the fleet.
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.
 
-Sync edges call it directly (each step bounded by ``timeout``); async edges take the same
-steps in worker threads (``Pacer.shared``), so a step never holds their event loop.
+**One definition, two drivers.**  Each step (:class:`RedisSteps`) is a generator: it applies
+the pure transition to the copy, yields its round trip (a :class:`~.store.Trip`: the
+``_SAVE`` or ``_READ`` script, keys and arguments) and handles the reply (written; or someone
+wrote first: adopt what Redis holds and go again; or failed: fall back).  Sync edges drive it
+with the sync client (:func:`~.store.run`; one connection pool for every thread, each trip
+bounded by ``timeout``); async edges on asyncio drive the same generator on their event loop
+(:func:`~.store.run_async`: each trip awaited on that loop's ``redis.asyncio`` client and
+bounded by ``asyncio.timeout``), so the loop never blocks.  Both feed one fleet clock
+(:meth:`Link.tick`) and note failures one way.  ``redis.asyncio`` runs on asyncio only: on
+trio the async edges take the same steps in worker threads with the sync client.
+
+- **Clients**: a URL gives a sync client and, when a loop first asks, an asyncio client per
+  event loop (a ``redis.asyncio`` client belongs to the loop it first ran on), closed when
+  the loop shuts down (:class:`LoopClients`).  A ready ``redis.Redis`` serves sync steps as
+  it is; a ready ``redis.asyncio.Redis`` serves its own loop as it is, and sync steps get a
+  client made from its connection settings.
+- **Concurrency**: no lock is held across a round trip by an async driver; the copy's lock
+  guards only the moments a step computes or adopts.  Tasks of one process race like
+  processes: a write whose base version is stale fails, adopts and goes again.  A step
+  computes on a private copy while another's write of the copy is still out, so no change
+  is applied twice; its effect on this process's counts is applied at once and taken back if
+  the write fails, so none is lost or counted twice.  Callers of one process still take
+  turns per key, as on one connection (threads by a lock, a loop's tasks by an asyncio lock
+  their driver awaits, at most the timeout), so they do not spend round trips racing.
 """
 
 from __future__ import annotations
@@ -179,6 +201,23 @@ class LoopClients:
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, ...]] = (
             weakref.WeakKeyDictionary()
         )
+        self._turns: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
+        ] = weakref.WeakKeyDictionary()
+
+    def turn(self, key: str) -> asyncio.Lock:
+        """The running loop's turn of ``key``: its tasks take one step on the key at a time."""
+        loop = asyncio.get_running_loop()
+        turns = self._turns.get(loop)
+        if turns is None:
+            turns = self._turns[loop] = {}
+        lock = turns.get(key)
+        if lock is None:
+            if len(turns) > 4096:  # forget the idle ones: a key's lock is cheap to make again
+                for idle in [k for k, v in turns.items() if not v.locked()]:
+                    del turns[idle]
+            lock = turns[key] = asyncio.Lock()
+        return lock
 
     async def scripts(self) -> tuple[Any, Any]:
         """The running loop's scripts: ``_SAVE`` and ``_READ`` on its client."""
@@ -283,6 +322,8 @@ class Link:
 
     def send(self, trip: Trip) -> Any:
         """The reply to ``trip`` (a script run with the sync client), or :class:`_Down`."""
+        if trip.op == "turn":  # a sync driver on a loop's thread: no turn to wait for
+            return None
         script = self.save if trip.op == "save" else self.read
         return self.call(lambda: script(keys=trip.keys, args=trip.args))
 
@@ -290,14 +331,21 @@ class Link:
         """
         The reply to ``trip`` from the running loop's ``redis.asyncio`` client, or :class:`_Down`.
 
-        Bounded by the timeout (``asyncio.wait_for``); the loop runs on meanwhile.
+        Bounded by the timeout (``asyncio.timeout``); the loop runs on meanwhile.  A ``"turn"``
+        trip is no round trip: the loop's lock of the key, acquired (or ``TimeoutError``).
         """
+        if trip.op == "turn":
+            lock = self.loops.turn(trip.keys[0])
+            async with asyncio.timeout(self.timeout):
+                await lock.acquire()
+            return lock
         if not self.up:
             raise _Down
         try:
             save, read = await self.loops.scripts()
             script = save if trip.op == "save" else read
-            reply = await asyncio.wait_for(script(keys=trip.keys, args=trip.args), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                reply = await script(keys=trip.keys, args=trip.args)
         except Exception as exc:  # a store that fails never breaks a call
             self._failed(exc)
             raise _Down from exc
@@ -403,13 +451,29 @@ class RedisTracker:
 
     @property
     def steps(self) -> RedisSteps:
-        """The steps as generators of round trips (what async edges drive)."""
+        """The steps as generators of round trips (what the edges drive)."""
         return RedisSteps(self)  # made when asked: no cycle keeps a dropped store's client
 
-    @property
-    def _sync(self) -> RedisSteps:
-        """The steps as the plain methods take them: threads one at a time (``turn``)."""
-        return RedisSteps(self, self.turn)
+    _sync = steps
+
+    def _take_turn(self) -> Steps[Any]:
+        """
+        The turn to hold across a step (its ``release()`` ends it), or ``None``.
+
+        Callers of one process queue for a key, as on one connection, instead of racing (N
+        writes on one version cost N round trips for the one that lands): a thread with no
+        event loop takes ``turn`` (a threading lock); a task on a loop asks its driver for
+        the loop's turn of the key (an asyncio lock, awaited: the loop never blocks on a
+        thread's step), waiting at most the store's timeout, then going on without: the
+        version check orders every writer anyway.
+        """
+        if asyncio.events._get_running_loop() is None:
+            self.turn.acquire()
+            return self.turn
+        try:
+            return (yield Trip(self.link, "turn", [self.redis_key], []))
+        except Exception:  # waited its bound for the others' steps
+            return None
 
     # ------------------------------------------------------------------ the copy
 
@@ -436,10 +500,15 @@ class RedisTracker:
         self._fade(now, force=True)
 
     def _newer(self, version: Any, epoch: int) -> bool:
-        """Whether a reply holding ``version``, asked for at ``epoch``, is newer than the copy."""
-        return int(version) > self.version or (
-            epoch == self.epoch and int(version) != self.version
-        )  # a key that expired or was flushed starts again from 0
+        """
+        Whether a reply holding ``version``, asked for at ``epoch``, is to be adopted.
+
+        Unless a newer copy came in since it was asked for: what Redis holds (the same
+        version too: the copy then drops changes not written, as each read always did; a write
+        of them still out puts its state back when it succeeds).  A key that expired or was
+        flushed starts again from 0: adopted when nothing came in since.
+        """
+        return int(version) >= self.version or epoch == self.epoch
 
     def _fade(self, now: float, *, force: bool = False) -> None:
         """Drop the counts of processes silent for :data:`COHORT_TTL` (crashed, say)."""
@@ -473,16 +542,16 @@ class RedisTracker:
         step: Callable[[OriginState], T],
         fallback: Callable[[MemoryTracker], T],
         busy: Callable[[], T] | None = None,
-        turn: threading.Lock | None = None,
     ) -> Steps[T]:
         """
         ``step`` applied atomically across the fleet; in this process's memory if down.
 
         Other processes (or tasks) writing first every time for longer than the store's
         timeout: the answer is ``busy()`` (nothing taken: "not now"), or, without one, the
-        step's result on this process's copy.  ``turn``: held across the step (sync callers).
+        step's result on this process's copy.
         """
-        with turn or contextlib.nullcontext():
+        turn = yield from self._take_turn()
+        try:
             if not self.link.up:
                 return fallback(self.fallback)
             started = time.monotonic()
@@ -503,6 +572,9 @@ class RedisTracker:
                 with self.lock:
                     self._hand_over()
                 return fallback(self.fallback)
+        finally:
+            if turn is not None:
+                turn.release()
 
     def _try(self, step: Callable[[OriginState], T]) -> Steps[tuple[T, list[int] | None]]:
         """
@@ -570,7 +642,7 @@ class RedisTracker:
                 self.synced = max(self.synced, received)
                 if written:
                     if int(version) > self.version:  # the newest the copy knows of
-                        self.version, self.text, self.written = int(version), text, counts
+                        self.version, self.text, self.written = int(version), text, expected
                         if self.state is not state:
                             self.state, self.epoch = state, self.epoch + 1
                             self._count()
@@ -625,11 +697,13 @@ class RedisTracker:
             change(self.mine)
             self._count()
 
-    def _read(
-        self, look: Callable[[OriginState], T], fresh: bool, turn: threading.Lock | None
-    ) -> Steps[T]:
+    def _read(self, look: Callable[[OriginState], T], fresh: bool) -> Steps[T]:
         """``look`` at the copy (read again if older than TRUST, or ``fresh``)."""
-        with turn or contextlib.nullcontext():
+        if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
+            with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
+                return look(self.state)
+        turn = yield from self._take_turn()
+        try:
             if self.link.up:
                 try:
                     yield from self._refresh(fresh)
@@ -639,6 +713,9 @@ class RedisTracker:
                     with self.lock:
                         self._hand_over()
             return self.fallback.read(look)
+        finally:
+            if turn is not None:
+                turn.release()
 
     # ------------------------------------------------------------------ the protocol
 
@@ -735,13 +812,13 @@ class RedisSteps:
     A :class:`RedisTracker`'s steps, each defined once as a generator of round trips.
 
     The pure transition (:mod:`.state`, :mod:`.learning`), what the fallback does instead, and
-    what "busy" means for it.  ``turn``: a lock held across each step (the sync methods').
+    what "busy" means for it.
     """
 
-    __slots__ = ("t", "turn")
+    __slots__ = ("t",)
 
-    def __init__(self, tracker: RedisTracker, turn: threading.Lock | None = None) -> None:
-        self.t, self.turn = tracker, turn
+    def __init__(self, tracker: RedisTracker) -> None:
+        self.t = tracker
 
     def healthy(self, now: float) -> Steps[bool]:
         return self.read(lambda o: st.healthy(o, now))
@@ -749,7 +826,7 @@ class RedisSteps:
     def try_now(self, now: float) -> Steps[bool]:
         s = self.t.settings
         return self.t._step(
-            lambda o: st.try_now(o, s, now), lambda f: f.try_now(now), lambda: False, self.turn
+            lambda o: st.try_now(o, s, now), lambda f: f.try_now(now), lambda: False
         )
 
     def when(
@@ -766,7 +843,6 @@ class RedisSteps:
             lambda o: st.acquire(o, s, now, not_before, deadline),
             lambda f: f.acquire(now, not_before=not_before, deadline=deadline),
             lambda: Admission(st.PROBE_POLL, final=False),  # ask again in a moment
-            self.turn,
         )
 
     def observe(
@@ -782,7 +858,6 @@ class RedisSteps:
         return self.t._step(
             lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
             lambda f: f.observe(status, hints, now, sent_at=sent_at, counted=counted),
-            turn=self.turn,
         )
 
     def cohort(self, now: float) -> Steps[CohortView]:
@@ -792,21 +867,19 @@ class RedisSteps:
         return self.t._step(
             lambda o: o.budget(budget).record_request(now),
             lambda f: f.record_attempt(budget, now),
-            turn=self.turn,
         )
 
     def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
         return self.t._step(
             lambda o: o.budget(budget).try_retry(now),
             lambda f: f.try_retry(budget, now),
-            turn=self.turn,
         )
 
     def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
-        return self.t._step(step, lambda f: f.update(step), turn=self.turn)
+        return self.t._step(step, lambda f: f.update(step))
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> Steps[T]:
-        return self.t._read(look, fresh, self.turn)
+        return self.t._read(look, fresh)
 
 
 def redis_key(key: str, prefix: str = "smoothclient") -> str:
