@@ -108,10 +108,11 @@ class Pacer:
         max_routes: routes remembered per origin, each with the scopes the server named on it.
         max_scopes: scopes remembered per origin (each keeps a state like an origin's).
         storage: where the state lives: ``"memory://"`` (this process, the default), or a
-            ``redis://``, ``rediss://`` or ``unix://`` URL, or a ``redis.Redis`` client, for
-            a fleet that paces as one (:mod:`smoothclient.pacing.redis_store`; needs the
-            ``redis`` extra).  A Redis that fails is never waited on beyond
-            ``storage_timeout``: the pacer goes on from this process's memory.
+            ``redis://``, ``rediss://`` or ``unix://`` URL, or a ``redis.Redis`` or
+            ``redis.asyncio.Redis`` client, for a fleet that paces as one
+            (:mod:`smoothclient.pacing.redis_store`; needs the ``redis`` extra).  A Redis that
+            fails is never waited on beyond ``storage_timeout``: the pacer goes on from this
+            process's memory.
         storage_timeout: the longest one step waits on a shared storage (seconds).
         clock: a monotonic clock (injectable for tests; default ``time.monotonic``, or the
             Redis server's ``TIME`` for a Redis storage).
@@ -160,7 +161,8 @@ class Pacer:
         )
         self.clock: Callable[[], float] = clock or store_clock
         #: Whether the state lives outside this process (Redis): shared with other processes,
-        #: and each step a round trip (async edges take them in worker threads).
+        #: and each step a round trip (async edges await them on their asyncio loop; on
+        #: trio, in worker threads).
         self.shared = not isinstance(self._store, MemoryStore)
         self._books: LruMap[str, OriginScopes] = LruMap(
             self.max_origins,
