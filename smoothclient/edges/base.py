@@ -11,6 +11,7 @@ is a module beside ``httpx_transport`` and ``requests_adapter`` built on :class:
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -23,7 +24,7 @@ from ..hints import FieldAccess
 from ..hints.numbers import declared_length
 from ..pacing.pacer import Pacer, PacerLike
 from ..pacing.scopes import ScopeFn
-from ..pacing.store import Tracker
+from ..pacing.store import Steps, Tracker
 from ..policy import DEFAULT_POLICY, POLICY_FIELDS, RetryPolicy, overrides, with_fields
 from .flow import CallFlow, Failure, Finished, Offload, Reply, drive, drive_async, in_thread
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async, left_of
@@ -120,7 +121,8 @@ class EdgeCore:
             raise TypeError(msg)
         self.bind = _binder(self.pacer, route_of, scope)
         self.lane = FastLane(self.pacer, self.policy, access, self.bind)
-        # a store that does blocking I/O (Redis): async calls run its steps in worker threads
+        # a store that does I/O (Redis): async calls on asyncio await its steps' round trips
+        # on their loop (redis.asyncio); elsewhere (trio) they run its steps in worker threads
         self.offload: Offload | None = in_thread if getattr(self.pacer, "shared", False) else None
 
     def under(self, extra: object = None) -> EdgeCore:
@@ -177,11 +179,11 @@ class EdgeCore:
         ``tracker``: the one that admitted the first attempt on the fast lane.
         """
         bind = self.bind
-        rebind: Callable[[bool], Tracker | None] | None = (
-            None if bind is None else lambda late: bind(origin, request, late, True)
+        rebind: Callable[[bool], Steps[Tracker | None]] | None = (
+            None if bind is None else lambda late: bind.steps(origin, request, late, True)
         )
-        if tracker is None:
-            tracker = (rebind and rebind(False)) or self.pacer._track(origin)
+        if tracker is None:  # not admitted on the fast lane: the flow binds it (a step)
+            tracker = self.pacer._track(origin)
         return CallFlow(
             self.policy,
             tracker,
@@ -252,9 +254,21 @@ class EdgeCore:
     ) -> tuple[R, dict[str, Any]]:
         """Async twin of :meth:`call`."""
         started, deadline = self._started()
+        offload = self.offload
+        on_loop = offload is not None and _on_asyncio()
+        if on_loop:
+            offload = None  # the steps run here; their round trips are awaited on this loop
         try:
             response, first, record, lane, tracker = await first_try_async(
-                self.lane, origin, send, request, deadline, failure_of, reply_of, self.offload
+                self.lane,
+                origin,
+                send,
+                request,
+                deadline,
+                failure_of,
+                reply_of,
+                offload,
+                on_loop,
             )
             if record is not None and response is not None:  # ended on the fast lane
                 return self._ended(origin, response, record)
@@ -268,7 +282,7 @@ class EdgeCore:
                 sleep,
                 last=response,
                 error=first.exception if isinstance(first, Failure) else None,
-                offload=self.offload,
+                offload=offload,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
             self._not_sent(origin, exc)
@@ -302,6 +316,15 @@ class EdgeCore:
         hook = self.policy.on_give_up
         if hook is not None:
             hook(CallEnded(origin, record, exception=error))
+
+
+def _on_asyncio() -> bool:
+    """Whether this runs on an asyncio loop (``redis.asyncio`` runs there, not on trio)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _binder(
@@ -347,6 +370,14 @@ class _Bind:
         self, origin: str, request: object, late: bool, fresh: bool = False
     ) -> Tracker | None:
         return self.pacer._bind(
+            origin, request, self.route_of, scope=self.scope, late=late, fresh=fresh
+        )
+
+    def steps(
+        self, origin: str, request: object, late: bool, fresh: bool = False
+    ) -> Steps[Tracker | None]:
+        """The binding as a step (a shared store's round trips yielded: :mod:`.pacing.store`)."""
+        return self.pacer._binding(
             origin, request, self.route_of, scope=self.scope, late=late, fresh=fresh
         )
 

@@ -3,9 +3,13 @@ One logical call as a generator of actions, shared by every HTTP edge (sync and 
 
 The generator yields :data:`SEND` (send the request and send back a :class:`Reply` or
 :class:`Failure`), :class:`Sleep` (wait that long) or :data:`DISCARD` (close the last response,
-its connection goes back to the pool).  It returns a :class:`~smoothclient.events.RecordBuilder`;
-the edge then returns the last response or raises the last exception.  It does no I/O: it asks
-the pacer's tracker for slots and tells it what came back, and the engine what to do next.
+its connection goes back to the pool), and, for a shared store, the round trips of its steps
+(:class:`~smoothclient.pacing.store.Trip`: send back the reply, or throw the failure in).  It
+returns a :class:`~smoothclient.events.RecordBuilder`; the edge then returns the last response
+or raises the last exception.  It does no I/O: it asks the pacer's tracker for slots and tells
+it what came back (each a step: :func:`~smoothclient.pacing.store.stepwise`), and the engine
+what to do next.  So a sync edge takes a step's round trips with the store's sync client, and
+an async edge on asyncio awaits them on its loop (:func:`drive_async`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ..errors import RateLimited
 from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
 from ..pacing.scopes import names_new_scopes
-from ..pacing.store import Tracker
+from ..pacing.store import Steps, Tracker, Trip, stepwise
 from ..policy import RetryPolicy
 
 __all__ = [
@@ -64,7 +68,7 @@ class _Marker:
 
 SEND = _Marker("SEND")
 DISCARD = _Marker("DISCARD")
-Action = Sleep | _Marker
+Action = Sleep | _Marker | Trip
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +144,7 @@ class CallFlow:
         first_counted: bool = False,
         access: FieldAccess = GENERIC,
         started: float | None = None,
-        rebind: Callable[[bool], Tracker | None] | None = None,
+        rebind: Callable[[bool], Steps[Tracker | None]] | None = None,
     ) -> None:
         """
         Prepare one logical call; nothing happens until :meth:`run` is driven.
@@ -149,8 +153,8 @@ class CallFlow:
         ``first_counted`` True when the tracker already counts it in flight.  ``access`` reads
         the edge's header containers.  ``started``: when the call began (before a fast-lane
         first attempt, whose time counts toward the deadline); default: now.  ``rebind(late)``
-        binds the request to its scopes again (see :meth:`smoothclient.Pacer.bind`): before
-        each later attempt, and to learn the scopes a response names.
+        binds the request to its scopes again (a step; see :meth:`smoothclient.Pacer._bind`):
+        before each attempt it admits, and to learn the scopes a response names.
         """
         mode = testing.current()
         if mode is not None:
@@ -178,7 +182,7 @@ class CallFlow:
         self.record.waits.append(seconds)
         return Sleep(0.0 if self.no_wait else seconds)
 
-    def run(self) -> Generator[Action, Reply | Failure | None, RecordBuilder]:
+    def run(self) -> Generator[Action, Any, RecordBuilder]:
         """Drive the call: yield actions, receive replies, return the record."""
         policy, clock = self.policy, self.clock
         started = clock() if self.started is None else self.started
@@ -200,7 +204,7 @@ class CallFlow:
                 if not self.first_counted:
                     tracker.adopt()
             if policy.budget is not None:
-                tracker.record_attempt(policy.budget, sent_at)
+                yield from stepwise(tracker).record_attempt(policy.budget, sent_at)
             self.record.attempts += 1
             if result is None:
                 try:
@@ -208,7 +212,7 @@ class CallFlow:
                 except BaseException:  # the edge gave up mid-send (cancelled, unexpected error)
                     tracker.failed()
                     raise
-            decision, outcome = self._decide(state, result, sent_at)
+            decision, outcome = yield from self._decide(state, result, sent_at)
             if isinstance(decision, GiveUp):
                 if not decision.final:
                     self.record.gave_up = decision.reason
@@ -224,9 +228,7 @@ class CallFlow:
             state = state.next(decision.delay)
             result = None
 
-    def _admit(
-        self, not_before: float, deadline: float | None
-    ) -> Generator[Action, Reply | Failure | None, bool]:
+    def _admit(self, not_before: float, deadline: float | None) -> Generator[Action, Any, bool]:
         """
         Wait for the tracker's slot; False when it lies beyond the deadline.
 
@@ -249,9 +251,11 @@ class CallFlow:
             yield self._sleep(backoff)
         while True:
             if self.rebind is not None:  # the scopes learned since bind the request too
-                self.tracker = self.rebind(False) or self.base
+                self.tracker = (yield from self.rebind(False)) or self.base
             now = self.clock()
-            admission = self.tracker.acquire(now, not_before=not_before, deadline=deadline)
+            admission = yield from stepwise(self.tracker).acquire(
+                now, not_before=not_before, deadline=deadline
+            )
             if not admission.granted:
                 return self._refused(admission.delay)
             if admission.final:
@@ -279,7 +283,7 @@ class CallFlow:
 
     def _decide(
         self, state: CallState, result: Reply | Failure | None, sent_at: float
-    ) -> tuple[Retry | GiveUp, Outcome]:
+    ) -> Steps[tuple[Retry | GiveUp, Outcome]]:
         tracker, policy = self.tracker, self.policy
         now = self.clock()
         if isinstance(result, Reply):
@@ -289,8 +293,8 @@ class CallFlow:
                 hints = with_body_hints(hints, result.body)
             learner = tracker
             if self.rebind is not None and names_new_scopes(tracker, hints):
-                learner = self.rebind(True) or tracker  # learns the scopes named
-            learner.observe(result.status, hints, now, sent_at=sent_at)
+                learner = (yield from self.rebind(True)) or tracker  # learns the scopes named
+            yield from stepwise(learner).observe(result.status, hints, now, sent_at=sent_at)
             outcome = Outcome.from_status(result.status, hints)
             if ends_call(policy, result.status, hints):
                 return _SUCCESS, outcome  # the common case: nothing to decide
@@ -304,11 +308,15 @@ class CallFlow:
         else:  # pragma: no cover - edges always send a result
             msg = "the edge sent no result for SEND"
             raise TypeError(msg)
-        cohort = tracker.cohort(now)
+        cohort = yield from stepwise(tracker).cohort(now)
         self.jittered = not cohort.paced
         decision = decide(policy, state, outcome, now=now, rng=self.rng, cohort=cohort)
         budget = policy.budget  # checked and taken in one step, only for a real retry
-        if isinstance(decision, Retry) and budget and not tracker.try_retry(budget, now):
+        if (
+            isinstance(decision, Retry)
+            and budget
+            and not (yield from stepwise(tracker).try_retry(budget, now))
+        ):
             return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome
         return decision, outcome
 
@@ -363,6 +371,8 @@ def drive(
                 if last is not None:
                     discard(last)
                 action = next(gen)
+            elif isinstance(action, Trip):  # a shared store's round trip, taken here
+                action = _answer(gen, action)
             else:
                 assert isinstance(action, Sleep)
                 sleep(action.seconds)
@@ -373,14 +383,23 @@ def drive(
         gen.close()
 
 
-#: Runs a step of the call's own code (the flow, the fast lane) somewhere: at once in the
-#: event loop's thread, or in a worker thread when the pacer's store does blocking I/O.
+def _answer(gen: Generator[Action, Any, Any], trip: Trip) -> Action:
+    """Take ``trip`` with the store's sync client: ``gen``'s next action (its failure thrown in)."""
+    try:
+        reply = trip.carrier.send(trip)
+    except Exception as exc:  # the step falls back where it stands
+        return gen.throw(exc)
+    return gen.send(reply)
+
+
+#: Runs a step of the call's own code (the flow, the fast lane) somewhere else than in the
+#: event loop's thread: a worker thread, when the pacer's store does blocking I/O there.
 Offload = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 
 async def in_thread(fn: Callable[[], Any]) -> Any:
     """``fn()`` in a worker thread, so a shared store's round trips never block the loop."""
-    import anyio.to_thread  # only with a shared store
+    import anyio.to_thread  # only with a shared store, off asyncio
 
     return await anyio.to_thread.run_sync(fn)
 
@@ -393,6 +412,17 @@ def _boxed(fn: Callable[[], Action]) -> tuple[bool, Any]:
     """
     try:
         return True, fn()
+    except StopIteration as stop:
+        return False, stop.value
+
+
+def _boxed_here(gen: Generator[Action, Any, Any], fn: Callable[[], Action]) -> tuple[bool, Any]:
+    """:func:`_boxed`, the round trips of the store's steps taken here (in a worker thread)."""
+    try:
+        action = fn()
+        while isinstance(action, Trip):
+            action = _answer(gen, action)
+        return True, action
     except StopIteration as stop:
         return False, stop.value
 
@@ -412,16 +442,27 @@ async def drive_async(
     """
     Async twin of :func:`drive`.
 
-    ``offload``: where the flow's own steps run (its pacer calls), e.g. :func:`in_thread`
-    when the pacer's store does blocking I/O; default: right here, in the event loop.
+    The flow's own steps (its pacer calls) run right here, in the event loop, and the round
+    trips of a shared store's steps are awaited on it (``redis.asyncio``: the loop never
+    blocks; a failed or slow trip is thrown into the step, which falls back).  ``offload``:
+    where the flow's steps run instead, round trips and all, e.g. :func:`in_thread` for a
+    shared store on trio (``redis.asyncio`` runs on asyncio only).
     """
     gen = flow.run()
 
     async def advance(fn: Callable[[], Action]) -> tuple[bool, Any]:
-        if offload is None:
-            return _boxed(fn)
-        boxed: tuple[bool, Any] = await offload(functools.partial(_boxed, fn))
-        return boxed
+        if offload is not None:
+            boxed: tuple[bool, Any] = await offload(functools.partial(_boxed_here, gen, fn))
+            return boxed
+        going, action = _boxed(fn)
+        while going and isinstance(action, Trip):
+            try:
+                reply = await action.carrier.send_async(action)
+            except Exception as exc:  # the step falls back where it stands
+                going, action = _boxed(functools.partial(gen.throw, exc))
+            else:
+                going, action = _boxed(functools.partial(gen.send, reply))
+        return going, action
 
     try:
         going, action = await advance(gen.__next__)

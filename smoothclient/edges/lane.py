@@ -21,7 +21,7 @@ from ..events import first_attempt_record
 from ..hints import FieldAccess, Hints, has_hints, read_fields
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import names_new_scopes
-from ..pacing.store import Tracker
+from ..pacing.store import Steps, Tracker, run_async, stepwise
 from ..policy import RetryPolicy
 from .flow import Failure, Reply
 
@@ -58,6 +58,10 @@ class Binder(Protocol):
     def __call__(
         self, origin: str, request: object, late: bool, fresh: bool = False
     ) -> Tracker | None: ...  # pragma: no cover - a protocol
+
+    def steps(
+        self, origin: str, request: object, late: bool, fresh: bool = False
+    ) -> Steps[Tracker | None]: ...  # pragma: no cover - a protocol
 
 
 # module-level aliases: reading an enum member off its class costs a dict miss and a lookup
@@ -185,6 +189,77 @@ class FastLane:
         if lane is _ADMITTED:
             tracker.failed()
 
+    # ------------------------------------------------------------ steps (async, shared store)
+    # Twins of enter / learner / leave for async edges on a shared store: the same decisions,
+    # each tracker call a step (a generator of round trips, :mod:`smoothclient.pacing.store`)
+    # that the edge drives on its event loop.  The plain methods above stay generator-free:
+    # they are the hot path of every other edge.
+
+    def enter_steps(
+        self, origin: str, request: object = None
+    ) -> Steps[tuple[Lane, Tracker | None, float]]:
+        """:meth:`enter` as a step."""
+        if testing.current() is not None:
+            return _NOT_ENTERED
+        pacer, bind = self.pacer, self.bind
+        if bind is None or (bind.books is not None and bind.books(origin) is None):
+            bound = None
+        else:
+            bound = yield from bind.steps(origin, request, False)
+        now = pacer.clock()
+        if bound is None:
+            tracker = pacer._peek(origin)
+            if tracker is not None and (yield from stepwise(tracker).healthy(now)):
+                return Lane.HEALTHY, tracker, now
+            tracker = pacer._track(origin)
+        else:
+            tracker = bound
+            if (yield from stepwise(tracker).healthy(now)):
+                return Lane.HEALTHY, tracker, now
+        admitted = yield from stepwise(tracker).try_now(now)
+        return (Lane.ADMITTED, tracker, now) if admitted else _NOT_ENTERED
+
+    def learner_steps(
+        self, tracker: Tracker, hints: Hints, origin: str, request: object
+    ) -> Steps[Tracker]:
+        """:meth:`learner` as a step."""
+        if self.bind is None or not names_new_scopes(tracker, hints):
+            return tracker
+        return (yield from self.bind.steps(origin, request, True)) or tracker
+
+    def leave_steps(
+        self,
+        tracker: Tracker,
+        lane: Lane,
+        sent_at: float,
+        response: _Response,
+        origin: str = "",
+        request: object = None,
+    ) -> Steps[dict[str, Any] | None]:
+        """:meth:`leave` as a step."""
+        status, headers = response.status_code, response.headers
+        now = self.pacer.clock()
+        if status >= 400 or status in self._retry_statuses:
+            hints = read_fields(headers, self._access)
+            if not ends_call(self._policy, status, hints):
+                return None
+            tracker = yield from self.learner_steps(tracker, hints, origin, request)
+            yield from stepwise(tracker).observe(
+                status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED
+            )
+        elif lane is not Lane.HEALTHY or has_hints(headers, self._access):
+            hints = read_fields(headers, self._access)
+            tracker = yield from self.learner_steps(tracker, hints, origin, request)
+            yield from stepwise(tracker).observe(
+                status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED
+            )
+        else:
+            tracker.note_success(now)
+        budget = self._policy.budget
+        if budget is not None:
+            yield from stepwise(tracker).record_attempt(budget, now)
+        return first_attempt_record(status)
+
 
 RS = TypeVar("RS", bound=_Response)
 A = TypeVar("A")
@@ -234,9 +309,18 @@ async def first_try_async(
     failure_of: Callable[[Exception], Failure | None],
     reply_of: Callable[[RS], Reply],
     offload: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+    on_loop: bool = False,
 ) -> FirstAttempt[RS]:
-    """Async twin of :func:`first_try` (``offload``: where the lane's pacer calls run)."""
-    if offload is None:
+    """
+    Async twin of :func:`first_try`.
+
+    Where the lane's pacer calls run: here (a store in memory: no I/O); ``on_loop``: as
+    steps whose round trips are awaited on the running asyncio loop (a shared store); else
+    ``offload`` (a worker thread: a shared store on trio).
+    """
+    if on_loop:
+        entry, tracker, sent_at = await run_async(lane.enter_steps(origin, request))
+    elif offload is None:
         entry, tracker, sent_at = lane.enter(origin, request)
     else:
         entry, tracker, sent_at = await offload(functools.partial(lane.enter, origin, request))
@@ -246,7 +330,10 @@ async def first_try_async(
         response = await send(request, left_of(deadline, lane.pacer.clock))
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
-    if offload is None:
+    if on_loop:
+        steps = lane.leave_steps(tracker, entry, sent_at, response, origin, request)
+        record = await run_async(steps)
+    elif offload is None:
         record = lane.leave(tracker, entry, sent_at, response, origin, request)
     else:
         leave = functools.partial(lane.leave, tracker, entry, sent_at, response, origin, request)

@@ -46,7 +46,7 @@ from .scopes import (
     template,
 )
 from .state import OriginView, Settings
-from .store import MemoryStore, Store, Tracker
+from .store import MemoryStore, Steps, Store, Tracker, run, stepwise
 
 __all__ = ["Pacer", "PacerLike"]
 
@@ -84,8 +84,10 @@ def _store(
         raise ValueError(msg)
     from .redis_store import RedisStore, connect  # only for a shared storage
 
-    client = connect(storage, timeout)
-    store = RedisStore(client, settings, max_keys=max_keys, max_scoped=max_scoped, timeout=timeout)
+    client, loops = connect(storage, timeout)
+    store = RedisStore(
+        client, settings, max_keys=max_keys, max_scoped=max_scoped, timeout=timeout, loops=loops
+    )
     return store, store.link.clock
 
 
@@ -106,10 +108,11 @@ class Pacer:
         max_routes: routes remembered per origin, each with the scopes the server named on it.
         max_scopes: scopes remembered per origin (each keeps a state like an origin's).
         storage: where the state lives: ``"memory://"`` (this process, the default), or a
-            ``redis://``, ``rediss://`` or ``unix://`` URL, or a ``redis.Redis`` client, for
-            a fleet that paces as one (:mod:`smoothclient.pacing.redis_store`; needs the
-            ``redis`` extra).  A Redis that fails is never waited on beyond
-            ``storage_timeout``: the pacer goes on from this process's memory.
+            ``redis://``, ``rediss://`` or ``unix://`` URL, or a ``redis.Redis`` or
+            ``redis.asyncio.Redis`` client, for a fleet that paces as one
+            (:mod:`smoothclient.pacing.redis_store`; needs the ``redis`` extra).  A Redis that
+            fails is never waited on beyond ``storage_timeout``: the pacer goes on from this
+            process's memory.
         storage_timeout: the longest one step waits on a shared storage (seconds).
         clock: a monotonic clock (injectable for tests; default ``time.monotonic``, or the
             Redis server's ``TIME`` for a Redis storage).
@@ -158,7 +161,8 @@ class Pacer:
         )
         self.clock: Callable[[], float] = clock or store_clock
         #: Whether the state lives outside this process (Redis): shared with other processes,
-        #: and each step a round trip (async edges take them in worker threads).
+        #: and each step a round trip (async edges await them on their asyncio loop; on
+        #: trio, in worker threads).
         self.shared = not isinstance(self._store, MemoryStore)
         self._books: LruMap[str, OriginScopes] = LruMap(
             self.max_origins,
@@ -213,8 +217,23 @@ class Pacer:
         late: bool = False,
         fresh: bool = False,
     ) -> Tracker | None:
+        """The tracker of one request when scopes bind it, else ``None`` (see :meth:`_binding`)."""
+        return run(self._binding(origin, request, route_of, scope=scope, late=late, fresh=fresh))
+
+    def _binding(
+        self,
+        origin: str,
+        request: object,
+        route_of: Callable[[object], tuple[str, str]],
+        *,
+        scope: ScopeFn | None = None,
+        late: bool = False,
+        fresh: bool = False,
+    ) -> Steps[Tracker | None]:
         """
         The tracker of one request when scopes bind it, else ``None`` (its origin's alone).
+
+        A step (a generator of a shared store's round trips: :mod:`.store`).
 
         ``route_of(request)`` gives its method and path, asked for only when the origin has
         scopes or a scope function applies.  ``scope`` overrides the pacer's function.
@@ -233,7 +252,9 @@ class Pacer:
         method = method.upper()
         given = names_of(fn(ScopeRequest(method, origin, path, request))) if fn and not late else ()
         route = template(method, path)
-        told = self._told(origin, route, book, fresh) if self.shared and not late else None
+        told = None
+        if self.shared and not late:
+            told = yield from self._told(origin, route, book, fresh)
         if book is None:
             if not (given or late or told):
                 return None
@@ -249,21 +270,24 @@ class Pacer:
             if not pairs:
                 return None
         tracker = self._store.peek(origin) or self._store.tracker(origin)
-        origin_bound = not tracker.healthy(self.clock())
+        origin_bound = not (yield from stepwise(tracker).healthy(self.clock()))
         if not given:  # the scopes the server named on this route: one Bound for them all
             return book.bound(tracker, route, pairs, origin_bound)
         return Bound(tracker, pairs, given=given, route=route, book=book, origin_bound=origin_bound)
 
     def _told(
         self, origin: str, route: str, book: OriginScopes | None, fresh: bool
-    ) -> tuple[str, ...] | None:
+    ) -> Steps[tuple[str, ...] | None]:
         """A shared store: the scopes another process learned on ``route``, if this one has not."""
         if book is not None and book.routes.peek(route) is not None:
             return None
         tracker = self._store.tracker(origin) if fresh else self._store.peek(origin)
         if tracker is None:
             return None
-        return tracker.read(lambda o: o.routes.get(route) if o.routes else None)
+        told = yield from stepwise(tracker).read(
+            lambda o: o.routes.get(route) if o.routes else None
+        )
+        return told
 
     def _scope_tracker(self, origin: str, scope: str) -> Tracker:
         return self._store.tracker(scope_key(origin, scope))

@@ -30,14 +30,38 @@ atomic across the fleet.
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.
 
-Sync edges call it directly (each step bounded by ``timeout``); async edges take the same
-steps in worker threads (``Pacer.shared``), so a step never holds their event loop.
+**One definition, two drivers.**  Each step (:class:`RedisSteps`) is a generator: it applies
+the pure transition to the copy, yields its round trip (a :class:`~.store.Trip`: the
+``_SAVE`` or ``_READ`` script, keys and arguments) and handles the reply (written; or someone
+wrote first: adopt what Redis holds and go again; or failed: fall back).  Sync edges drive it
+with the sync client (:func:`~.store.run`; one connection pool for every thread, each trip
+bounded by ``timeout``); async edges on asyncio drive the same generator on their event loop
+(:func:`~.store.run_async`: each trip awaited on that loop's ``redis.asyncio`` client and
+bounded by ``asyncio.timeout``), so the loop never blocks.  Both feed one fleet clock
+(:meth:`Link.tick`) and note failures one way.  ``redis.asyncio`` runs on asyncio only: on
+trio the async edges take the same steps in worker threads with the sync client.
+
+- **Clients**: a URL gives a sync client and, when a loop first asks, an asyncio client per
+  event loop (a ``redis.asyncio`` client belongs to the loop it first ran on), closed when
+  the loop shuts down (:class:`LoopClients`).  A ready ``redis.Redis`` serves sync steps as
+  it is; a ready ``redis.asyncio.Redis`` serves its own loop as it is, and sync steps get a
+  client made from its connection settings.
+- **Concurrency**: no lock is held across a round trip by an async driver; the copy's lock
+  guards only the moments a step computes or adopts.  Tasks of one process race like
+  processes: a write whose base version is stale fails, adopts and goes again.  A step
+  computes on a private copy while another's write of the copy is still out, so no change
+  is applied twice; its effect on this process's counts is applied at once and taken back if
+  the write fails, so none is lost or counted twice.  Callers of one process still take
+  turns per key, as on one connection (threads by a lock, a loop's tasks by an asyncio lock
+  their driver awaits, at most the timeout), so they do not spend round trips racing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -45,7 +69,8 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+import weakref
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from ..engine.decide import CohortView
@@ -56,9 +81,17 @@ from . import state as st
 from .codec import dump, load
 from .keys import LruMap
 from .state import Admission, OriginState, OriginView, Settings
-from .store import MemoryStore, MemoryTracker
+from .store import MemoryStore, MemoryTracker, Steps, Trip, run
 
-__all__ = ["COHORT_TTL", "TRUST", "RedisStore", "RedisTracker", "connect"]
+__all__ = [
+    "COHORT_TTL",
+    "TRUST",
+    "LoopClients",
+    "RedisSteps",
+    "RedisStore",
+    "RedisTracker",
+    "connect",
+]
 
 log = logging.getLogger("smoothclient.pacing")
 T = TypeVar("T")
@@ -99,6 +132,110 @@ class _Down(Exception):
     """Redis is not to be asked now (down, or a step ran out of time)."""
 
 
+#: What makes a sync client and an asyncio client alike: where to connect and as whom.
+_PORTABLE = ("host", "port", "db", "username", "password", "path", "client_name")
+
+
+def _portable(pool: Any, timeout: float) -> tuple[str, dict[str, Any]]:
+    """A pool's connection class name and the settings a client of the other kind can take."""
+    kwargs = pool.connection_kwargs
+    given = {k: v for k, v in kwargs.items() if k in _PORTABLE or k.startswith("ssl_")}
+    given.update(socket_timeout=timeout, socket_connect_timeout=timeout)
+    return pool.connection_class.__name__, given
+
+
+def _async_like(client: Any, timeout: float) -> Any:
+    """A new ``redis.asyncio`` client to where the sync ``client`` connects (never retrying)."""
+    import redis.asyncio
+    import redis.asyncio.connection
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    name, kwargs = _portable(client.connection_pool, timeout)
+    cls = getattr(redis.asyncio.connection, name, redis.asyncio.connection.Connection)
+    pool = redis.asyncio.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
+    return redis.asyncio.Redis(connection_pool=pool)
+
+
+def _sync_like(client: Any, timeout: float) -> Any:
+    """A new sync ``redis.Redis`` client to where the asyncio ``client`` connects."""
+    import redis
+    import redis.connection
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    name, kwargs = _portable(client.connection_pool, timeout)
+    cls = getattr(redis.connection, name, redis.connection.Connection)
+    pool = redis.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
+    client = redis.Redis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # its pool is its own: closed with it
+    return client
+
+
+async def _closing(client: Any, gone: Callable[[], object]) -> AsyncIterator[None]:
+    """Closes ``client`` when its event loop shuts its async generators down (``asyncio.run``)."""
+    try:
+        yield
+    finally:
+        gone()
+        await client.aclose(close_connection_pool=True)
+
+
+class LoopClients:
+    """
+    One ``redis.asyncio`` client per event loop, made when the loop first asks.
+
+    A ``redis.asyncio`` client belongs to the loop it first ran on, so a pacer used from
+    several loops (threads each running one, or one ``asyncio.run`` after another) gives each
+    its own client, and closes it when that loop shuts down (``asyncio.run`` and
+    ``loop.shutdown_asyncgens()`` finalize the loop's async generators: one of them closes
+    it); a loop's entry goes with the loop.  A ``given`` client (a ready
+    ``redis.asyncio.Redis``) serves the first loop that asks, and is never closed here.
+    """
+
+    def __init__(self, make: Callable[[], Any], given: Any = None) -> None:
+        """``make()``: a new client; ``given``: the caller's own, for its loop."""
+        self.make = make
+        self.given = given
+        self._given_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._turns: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
+        ] = weakref.WeakKeyDictionary()
+
+    def turn(self, key: str) -> asyncio.Lock:
+        """The running loop's turn of ``key``: its tasks take one step on the key at a time."""
+        loop = asyncio.get_running_loop()
+        turns = self._turns.get(loop)
+        if turns is None:
+            turns = self._turns[loop] = {}
+        lock = turns.get(key)
+        if lock is None:
+            if len(turns) > 4096:  # forget the idle ones: a key's lock is cheap to make again
+                for idle in [k for k, v in turns.items() if not v.locked()]:
+                    del turns[idle]
+            lock = turns[key] = asyncio.Lock()
+        return lock
+
+    async def scripts(self) -> tuple[Any, Any]:
+        """The running loop's scripts: ``_SAVE`` and ``_READ`` on its client."""
+        loop = asyncio.get_running_loop()
+        entry = self._loops.get(loop)
+        if entry is None:
+            if self.given is not None and self._given_loop is None:
+                self._given_loop = weakref.ref(loop)
+                client, keeper = self.given, None
+            else:
+                client = self.make()
+                keeper = _closing(client, functools.partial(self._loops.pop, loop, None))
+                await keeper.__anext__()  # the loop finalizes it at shutdown: client closed
+            entry = (client.register_script(_SAVE), client.register_script(_READ), keeper)
+            self._loops[loop] = entry
+        return entry[0], entry[1]
+
+
 class Link:
     """
     The connection to Redis: its scripts, its health and the fleet's clock.
@@ -107,11 +244,24 @@ class Link:
         client: a ``redis.Redis`` client (its pool shared by every thread).
         timeout: the longest one step waits on Redis.
         rng: randomness for the reconnect backoff.
+        loops: the ``redis.asyncio`` clients of each event loop (default: made like ``client``).
+
+    It carries a step's round trips (:class:`~smoothclient.pacing.store.Trip`): :meth:`send`
+    with ``client`` (sync edges, and async edges on trio, in worker threads), and
+    :meth:`send_async` with the running loop's ``redis.asyncio`` client (async edges on
+    asyncio).  Both note failures the same way and feed one fleet clock (:meth:`tick`).
     """
 
-    def __init__(self, client: Any, timeout: float = TIMEOUT, rng: random.Random | None = None):
+    def __init__(
+        self,
+        client: Any,
+        timeout: float = TIMEOUT,
+        rng: random.Random | None = None,
+        loops: LoopClients | None = None,
+    ):
         """Register the scripts and set the clock against the server's ``TIME``."""
         self.client = client
+        self.loops = loops or LoopClients(functools.partial(_async_like, client, timeout))
         self.timeout = timeout
         self.rng = rng or random.Random()
         self.save = client.register_script(_SAVE)
@@ -169,6 +319,38 @@ class Link:
             raise _Down from exc
         self._back(time.monotonic())
         return result
+
+    def send(self, trip: Trip) -> Any:
+        """The reply to ``trip`` (a script run with the sync client), or :class:`_Down`."""
+        if trip.op == "turn":  # a sync driver on a loop's thread: no turn to wait for
+            return None
+        script = self.save if trip.op == "save" else self.read
+        return self.call(lambda: script(keys=trip.keys, args=trip.args))
+
+    async def send_async(self, trip: Trip) -> Any:
+        """
+        The reply to ``trip`` from the running loop's ``redis.asyncio`` client, or :class:`_Down`.
+
+        Bounded by the timeout (``asyncio.timeout``); the loop runs on meanwhile.  A ``"turn"``
+        trip is no round trip: the loop's lock of the key, acquired (or ``TimeoutError``).
+        """
+        if trip.op == "turn":
+            lock = self.loops.turn(trip.keys[0])
+            async with asyncio.timeout(self.timeout):
+                await lock.acquire()
+            return lock
+        if not self.up:
+            raise _Down
+        try:
+            save, read = await self.loops.scripts()
+            script = save if trip.op == "save" else read
+            async with asyncio.timeout(self.timeout):
+                reply = await script(keys=trip.keys, args=trip.args)
+        except Exception as exc:  # a store that fails never breaks a call
+            self._failed(exc)
+            raise _Down from exc
+        self._back(time.monotonic())
+        return reply
 
     def tick(self, seconds: Any, micros: Any, sent: float, received: float) -> None:
         """A ``TIME`` reading taken between ``sent`` and ``received`` (monotonic)."""
@@ -228,7 +410,20 @@ def _horizon(o: OriginState, settings: Settings, now: float) -> float:
 
 
 class RedisTracker:
-    """A :class:`~smoothclient.pacing.store.Tracker` over one key in Redis (see the module)."""
+    """
+    A :class:`~smoothclient.pacing.store.Tracker` over one key in Redis (see the module).
+
+    Each step is written once, as a generator of round trips (:attr:`steps`, a
+    :class:`RedisSteps`); the plain methods drive it here (:func:`~.store.run`, the sync
+    client), async edges on asyncio drive the same generators on their event loop
+    (:func:`~.store.run_async`, ``redis.asyncio``).  No lock is held across a round trip by
+    an async driver: ``lock`` guards the copy only while a step computes or adopts (no I/O).
+    Threads take ``turn`` across a whole sync step (so they queue, as on one connection,
+    instead of racing), but tasks race: the version check orders them.  A step computes on
+    the copy in place, or on a private copy while another step's write of the copy is out
+    (so a change is never applied twice); its effect on this process's counts is applied at
+    once and taken back if its write fails.
+    """
 
     def __init__(
         self, key: str, settings: Settings, link: Link, fallback: MemoryTracker, me: str
@@ -248,15 +443,46 @@ class RedisTracker:
         self.text = ""  # the state as the key holds it
         self.wrote_at = -math.inf  # when this process last wrote its counts (fleet clock)
         self.synced = -math.inf  # when the copy was last read or written (monotonic)
-        self.lock = threading.Lock()
+        self.epoch = 0  # counts the copy's replacements (a reply sent before one may be stale)
+        self.dirty: OriginState | None = None  # the copy, while a write of its change is out
+        self.lock = threading.Lock()  # the copy (never held across a round trip)
+        self.turn = threading.Lock()  # threads' sync steps, one at a time
         self.healthy: Callable[[float], bool] = self._healthy
+
+    @property
+    def steps(self) -> RedisSteps:
+        """The steps as generators of round trips (what the edges drive)."""
+        return RedisSteps(self)  # made when asked: no cycle keeps a dropped store's client
+
+    _sync = steps
+
+    def _take_turn(self) -> Steps[Any]:
+        """
+        The turn to hold across a step (its ``release()`` ends it), or ``None``.
+
+        Callers of one process queue for a key, as on one connection, instead of racing (N
+        writes on one version cost N round trips for the one that lands): a thread with no
+        event loop takes ``turn`` (a threading lock); a task on a loop asks its driver for
+        the loop's turn of the key (an asyncio lock, awaited: the loop never blocks on a
+        thread's step), waiting at most the store's timeout, then going on without: the
+        version check orders every writer anyway.
+        """
+        if asyncio.events._get_running_loop() is None:
+            self.turn.acquire()
+            return self.turn
+        try:
+            return (yield Trip(self.link, "turn", [self.redis_key], []))
+        except Exception:  # waited its bound for the others' steps
+            return None
 
     # ------------------------------------------------------------------ the copy
 
     def _adopt(self, version: int, text: Any, cohort: Any, now: float) -> None:
+        """Take what the key holds as the copy (caller holds ``lock``)."""
         self.version = int(version)
         self.text = text.decode() if isinstance(text, bytes) else str(text or "")
         self.state = load(self.text) if self.text else OriginState()
+        self.epoch += 1
         try:
             entries = json.loads(cohort) if cohort else {}
         except ValueError:
@@ -273,6 +499,17 @@ class RedisTracker:
         }
         self._fade(now, force=True)
 
+    def _newer(self, version: Any, epoch: int) -> bool:
+        """
+        Whether a reply holding ``version``, asked for at ``epoch``, is to be adopted.
+
+        Unless a newer copy came in since it was asked for: what Redis holds (the same
+        version too: the copy then drops changes not written, as each read always did; a write
+        of them still out puts its state back when it succeeds).  A key that expired or was
+        flushed starts again from 0: adopted when nothing came in since.
+        """
+        return int(version) >= self.version or epoch == self.epoch
+
     def _fade(self, now: float, *, force: bool = False) -> None:
         """Drop the counts of processes silent for :data:`COHORT_TTL` (crashed, say)."""
         old = [who for who, entry in self.others.items() if entry[2] <= now - COHORT_TTL]
@@ -281,107 +518,170 @@ class RedisTracker:
         if old or force:
             self._count()
 
-    def _count(self) -> None:
-        self.state.waiting = max(0, self.mine[0]) + int(sum(e[0] for e in self.others.values()))
-        self.state.in_flight = max(0, self.mine[1]) + int(sum(e[1] for e in self.others.values()))
+    def _count(self, state: OriginState | None = None) -> None:
+        state = self.state if state is None else state
+        state.waiting = max(0, self.mine[0]) + int(sum(e[0] for e in self.others.values()))
+        state.in_flight = max(0, self.mine[1]) + int(sum(e[1] for e in self.others.values()))
 
-    def _refresh(self) -> None:
-        """Read the key if the copy is older than :data:`TRUST` (caller holds the lock)."""
-        if time.monotonic() - self.synced <= TRUST:
+    def _refresh(self, fresh: bool = False) -> Steps[None]:
+        """Read the key if the copy is older than :data:`TRUST` (or ``fresh``)."""
+        if not fresh and time.monotonic() - self.synced <= TRUST:
             return
-        sent = time.monotonic()
-        reply = self.link.call(lambda: self.link.read(keys=[self.redis_key]))
+        epoch, sent = self.epoch, time.monotonic()
+        reply = yield Trip(self.link, "read", [self.redis_key], [])
         received = time.monotonic()
         version, text, cohort, seconds, micros = reply
         self.link.tick(seconds, micros, sent, received)
-        self._adopt(version, text, cohort, self.link.clock())
-        self.synced = received
+        with self.lock:
+            if self._newer(version, epoch):
+                self._adopt(version, text, cohort, self.link.clock())
+            self.synced = max(self.synced, received)
 
     def _step(
         self,
         step: Callable[[OriginState], T],
         fallback: Callable[[MemoryTracker], T],
         busy: Callable[[], T] | None = None,
-    ) -> T:
+    ) -> Steps[T]:
         """
         ``step`` applied atomically across the fleet; in this process's memory if down.
 
-        Other processes writing first every time for longer than the store's timeout: the
-        answer is ``busy()`` (nothing taken: "not now"), or, without one, the step's result
-        on this process's copy.
+        Other processes (or tasks) writing first every time for longer than the store's
+        timeout: the answer is ``busy()`` (nothing taken: "not now"), or, without one, the
+        step's result on this process's copy.
         """
-        with self.lock:
+        turn = yield from self._take_turn()
+        try:
             if not self.link.up:
                 return fallback(self.fallback)
             started = time.monotonic()
             try:
                 while True:  # another process wrote first: again, on what it wrote
-                    result, unwritten = self._try(step)
+                    result, unwritten = yield from self._try(step)
                     if unwritten is None:
                         return result
                     if time.monotonic() - started > self.link.timeout:
                         log.debug("%s: Redis busy with others' writes", self.key)
                         if busy is not None:
                             return busy()
-                        self.mine = unwritten  # kept here (fail open), counts and all
-                        self._count()
+                        with self.lock:  # kept here (fail open), counts and all
+                            self.mine = [self.mine[0] + unwritten[0], self.mine[1] + unwritten[1]]
+                            self._count()
                         return result
             except _Down:
-                self._hand_over()
+                with self.lock:
+                    self._hand_over()
                 return fallback(self.fallback)
+        finally:
+            if turn is not None:
+                turn.release()
 
-    def _try(self, step: Callable[[OriginState], T]) -> tuple[T, list[int] | None]:
+    def _try(self, step: Callable[[OriginState], T]) -> Steps[tuple[T, list[int] | None]]:
         """
         ``step`` on the copy, written if nobody wrote since.
 
         Its result, and ``None`` when written (or when nothing changed on a copy trusted still);
-        else the counts it would have left (the copy is now what is in Redis: try again).
+        else the change of counts it would have made (the copy is now what is in Redis: try
+        again).
 
         A step that changes the state is written at once, however old the copy: the write
         checks the version, so it succeeds only if the copy was current, and a paced slot
         costs one round trip.  A step that changes nothing on an old copy reads the key.
         """
-        self._fade(self.link.clock())
-        state, mine = self.state, list(self.mine)
-        before = (state.waiting, state.in_flight)
-        result = step(state)
-        self.mine = [mine[0] + state.waiting - before[0], mine[1] + state.in_flight - before[1]]
-        text = dump(state)
-        now = self.link.clock()
-        if text == self.text and self.mine == self.written and now - self.wrote_at < COHORT_TTL / 2:
-            if time.monotonic() - self.synced <= TRUST:
-                return result, None  # nothing changed (a poll that found no slot): no write
-            stepped, self.mine = self.mine, mine
-            self._refresh()  # an old copy: what does Redis hold now?
-            return result, stepped
-        cohort = dict(self.others)
-        cohort[self.me] = [max(0, self.mine[0]), max(0, self.mine[1]), now]
-        ttl = int(_horizon(state, self.settings, now) * 1000)
-        sent = time.monotonic()
+        with self.lock:
+            now = self.link.clock()
+            self._fade(now)
+            in_place = self.dirty is not self.state  # else another write of the copy is out
+            if in_place:
+                state = self.state
+            else:
+                state = load(self.text) if self.text else OriginState()
+                self._count(state)
+            before = (state.waiting, state.in_flight)
+            result = step(state)
+            delta = [state.waiting - before[0], state.in_flight - before[1]]
+            self.mine = [self.mine[0] + delta[0], self.mine[1] + delta[1]]
+            text = dump(state)
+            if (
+                text == self.text
+                and self.mine == self.written
+                and now - self.wrote_at < COHORT_TTL / 2
+            ):
+                if time.monotonic() - self.synced <= TRUST:
+                    return result, None  # nothing changed (a poll that found no slot): no write
+                self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]
+                stale = True
+            else:
+                stale = False
+                counts = [max(0, self.mine[0]), max(0, self.mine[1])]
+                expected = list(self.mine)
+                cohort = dict(self.others)
+                cohort[self.me] = [*counts, now]
+                args = [
+                    self.version,
+                    text,
+                    json.dumps(cohort),
+                    int(_horizon(state, self.settings, now) * 1000),
+                ]
+                epoch = self.epoch
+                if in_place:
+                    self.dirty = state
+        if stale:
+            yield from self._refresh()  # an old copy: what does Redis hold now?
+            return result, delta
+        settled = False
         try:
-            reply = self.link.call(
-                lambda: self.link.save(
-                    keys=[self.redis_key],
-                    args=[self.version, text, json.dumps(cohort), ttl],
-                )
-            )
-        except _Down:
-            self.mine = mine  # not written: the fallback takes the step from the counts before
-            raise
-        received = time.monotonic()
-        written, version, theirs, their_cohort, seconds, micros = reply
-        self.link.tick(seconds, micros, sent, received)
-        self.synced = received
-        if written:
-            self.version, self.text, self.written = int(version), text, list(self.mine)
-            self.wrote_at = now
-            return result, None
-        stepped, self.mine = self.mine, mine  # someone wrote first: not counted
-        self._adopt(version, theirs, their_cohort, self.link.clock())
-        return result, stepped
+            sent = time.monotonic()
+            reply = yield Trip(self.link, "save", [self.redis_key], args)
+            received = time.monotonic()
+            written, version, theirs, their_cohort, seconds, micros = reply
+            self.link.tick(seconds, micros, sent, received)
+            with self.lock:
+                settled = True
+                self._settle(state)
+                self.synced = max(self.synced, received)
+                if written:
+                    if int(version) > self.version:  # the newest the copy knows of
+                        self.version, self.text, self.written = int(version), text, expected
+                        if self.state is not state:
+                            self.state, self.epoch = state, self.epoch + 1
+                            self._count()
+                        elif self.mine != expected:  # counts changed while it was out
+                            self._count()
+                    self.wrote_at = now
+                    return result, None
+                self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]  # not counted
+                if self._newer(version, epoch):
+                    self._adopt(version, theirs, their_cohort, self.link.clock())
+                elif self.state is state:  # a newer copy was written in between: not this one
+                    self._undo()
+                else:
+                    self._count()
+                return result, delta
+        finally:
+            if not settled:  # failed (_Down) or cancelled: nothing of it taken here
+                with self.lock:
+                    self._settle(state)
+                    self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]
+                    self.written = [-1, -1]  # whatever the key holds: written again next time
+                    if self.state is state:
+                        self._undo()
+                    else:
+                        self._count()
+
+    def _settle(self, state: OriginState) -> None:
+        """A write of ``state`` came back (or never will): the copy's change is no longer out."""
+        if self.dirty is state:
+            self.dirty = None
+
+    def _undo(self) -> None:
+        """The copy's unwritten change is dropped: the copy is what the key held (caller locks)."""
+        self.state = load(self.text) if self.text else OriginState()
+        self.epoch += 1
+        self._count()
 
     def _hand_over(self) -> None:
-        """Redis failed: the fallback goes on from the last state seen (no cold start)."""
+        """Redis failed: the fallback goes on from the last state seen (caller holds ``lock``)."""
         target = self.fallback.state
         for f in dataclasses.fields(OriginState):
             setattr(target, f.name, getattr(self.state, f.name))
@@ -396,6 +696,26 @@ class RedisTracker:
                 return
             change(self.mine)
             self._count()
+
+    def _read(self, look: Callable[[OriginState], T], fresh: bool) -> Steps[T]:
+        """``look`` at the copy (read again if older than TRUST, or ``fresh``)."""
+        if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
+            with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
+                return look(self.state)
+        turn = yield from self._take_turn()
+        try:
+            if self.link.up:
+                try:
+                    yield from self._refresh(fresh)
+                    with self.lock:
+                        return look(self.state)
+                except _Down:
+                    with self.lock:
+                        self._hand_over()
+            return self.fallback.read(look)
+        finally:
+            if turn is not None:
+                turn.release()
 
     # ------------------------------------------------------------------ the protocol
 
@@ -414,24 +734,17 @@ class RedisTracker:
             self.fallback.note_success(now)
 
     def try_now(self, now: float) -> bool:
-        s = self.settings
-        return self._step(lambda o: st.try_now(o, s, now), lambda f: f.try_now(now), lambda: False)
+        return run(self._sync.try_now(now))
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
-        s = self.settings
-        return self.read(lambda o: st.when(o, s, now, not_before, deadline))
+        return run(self._sync.when(now, not_before=not_before, deadline=deadline))
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
-        s = self.settings
-        return self._step(
-            lambda o: st.acquire(o, s, now, not_before, deadline),
-            lambda f: f.acquire(now, not_before=not_before, deadline=deadline),
-            lambda: Admission(st.PROBE_POLL, final=False),  # ask again in a moment
-        )
+        return run(self._sync.acquire(now, not_before=not_before, deadline=deadline))
 
     def sent(self) -> None:
         def change(mine: list[int]) -> None:
@@ -468,45 +781,105 @@ class RedisTracker:
         sent_at: float | None = None,
         counted: bool = True,
     ) -> None:
-        s = self.settings
-        self._step(
-            lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
-            lambda f: f.observe(status, hints, now, sent_at=sent_at, counted=counted),
-        )
+        run(self._sync.observe(status, hints, now, sent_at=sent_at, counted=counted))
 
     def cohort(self, now: float) -> CohortView:
-        return self.read(lambda o: st.cohort(o, now))
+        return run(self._sync.cohort(now))
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
-        self._step(
-            lambda o: o.budget(budget).record_request(now),
-            lambda f: f.record_attempt(budget, now),
-        )
+        run(self._sync.record_attempt(budget, now))
 
     def try_retry(self, budget: RetryBudget, now: float) -> bool:
-        return self._step(
-            lambda o: o.budget(budget).try_retry(now), lambda f: f.try_retry(budget, now)
-        )
+        return run(self._sync.try_retry(budget, now))
 
     def update(self, step: Callable[[OriginState], T]) -> T:
-        return self._step(step, lambda f: f.update(step))
+        return run(self._sync.update(step))
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
         """``look`` at the copy (read again if older than TRUST, or ``fresh``); every view."""
-        with self.lock:
-            if self.link.up:
-                try:
-                    if fresh:
-                        self.synced = -math.inf
-                    self._refresh()
-                    return look(self.state)
-                except _Down:
-                    self._hand_over()
-        return self.fallback.read(look)
+        if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
+            with self.lock:  # a trusted copy (the fast lane's usual case): no step to drive
+                return look(self.state)
+        return run(self._sync.read(look, fresh=fresh))
 
     def view(self, now: float) -> OriginView:
         key = self.key
         return self.read(lambda o: st.view(key, o, now))
+
+
+class RedisSteps:
+    """
+    A :class:`RedisTracker`'s steps, each defined once as a generator of round trips.
+
+    The pure transition (:mod:`.state`, :mod:`.learning`), what the fallback does instead, and
+    what "busy" means for it.
+    """
+
+    __slots__ = ("t",)
+
+    def __init__(self, tracker: RedisTracker) -> None:
+        self.t = tracker
+
+    def healthy(self, now: float) -> Steps[bool]:
+        return self.read(lambda o: st.healthy(o, now))
+
+    def try_now(self, now: float) -> Steps[bool]:
+        s = self.t.settings
+        return self.t._step(
+            lambda o: st.try_now(o, s, now), lambda f: f.try_now(now), lambda: False
+        )
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]:
+        s = self.t.settings
+        return self.read(lambda o: st.when(o, s, now, not_before, deadline))
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]:
+        s = self.t.settings
+        return self.t._step(
+            lambda o: st.acquire(o, s, now, not_before, deadline),
+            lambda f: f.acquire(now, not_before=not_before, deadline=deadline),
+            lambda: Admission(st.PROBE_POLL, final=False),  # ask again in a moment
+        )
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> Steps[None]:
+        s = self.t.settings
+        return self.t._step(
+            lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
+            lambda f: f.observe(status, hints, now, sent_at=sent_at, counted=counted),
+        )
+
+    def cohort(self, now: float) -> Steps[CohortView]:
+        return self.read(lambda o: st.cohort(o, now))
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
+        return self.t._step(
+            lambda o: o.budget(budget).record_request(now),
+            lambda f: f.record_attempt(budget, now),
+        )
+
+    def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
+        return self.t._step(
+            lambda o: o.budget(budget).try_retry(now),
+            lambda f: f.try_retry(budget, now),
+        )
+
+    def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
+        return self.t._step(step, lambda f: f.update(step))
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> Steps[T]:
+        return self.t._read(look, fresh)
 
 
 def redis_key(key: str, prefix: str = "smoothclient") -> str:
@@ -523,6 +896,7 @@ class RedisStore:
     Args:
         client: a ``redis.Redis`` client.
         settings: the pacer's settings.
+        loops: each event loop's ``redis.asyncio`` client (default: made like ``client``).
         max_keys: how many keys this process keeps a copy of (least recently used forgotten;
             the keys in Redis expire on their own).
         timeout: the longest one step waits on Redis.
@@ -536,9 +910,10 @@ class RedisStore:
         max_keys: int = 1024,
         max_scoped: int = 0,
         timeout: float = TIMEOUT,
+        loops: LoopClients | None = None,
     ) -> None:
         """Connect the store (never raises if Redis is down: it falls back at once)."""
-        self.link = Link(client, timeout)
+        self.link = Link(client, timeout, loops=loops)
         self.fallback = MemoryStore(settings, max_keys=max_keys, max_scoped=max_scoped)
         me = uuid.uuid4().hex[:12]
         self._map: LruMap[str, RedisTracker] = LruMap(
@@ -554,31 +929,41 @@ class RedisStore:
         return self._map.keys()
 
 
-def connect(storage: object, timeout: float = TIMEOUT) -> Any:
+def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients]:
     """
-    A ``redis.Redis`` client for ``storage`` (a URL, or a client given as it is).
+    A ``redis.Redis`` client for ``storage``, and the ``redis.asyncio`` clients of event loops.
 
-    Every call is bounded by ``timeout`` and never retried inside redis-py: the store decides
-    what a failure means (fall back, back off).
+    ``storage``: a URL; a ready ``redis.Redis`` (used as it is by sync steps; each loop gets
+    an asyncio client to the same server); or a ready ``redis.asyncio.Redis`` (used as it is
+    on the first loop that runs a step; sync steps, other loops and the clock get clients to
+    the same server, made from its connection settings: host, port or path, db, credentials,
+    TLS files).  Every call of a client made here is bounded by ``timeout`` and never retried
+    inside redis-py: the store decides what a failure means (fall back, back off).
     """
     try:
         import redis
+        import redis.asyncio
         from redis.backoff import NoBackoff
         from redis.retry import Retry
     except ImportError as exc:  # pragma: no cover - the extra is part of the test setup
         msg = "a Redis storage needs redis-py: pip install 'smoothclient[redis]'"
         raise ImportError(msg) from exc
+    given = None
     if isinstance(storage, str):
-        return redis.Redis.from_url(
+        client = redis.Redis.from_url(
             storage,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             retry=Retry(NoBackoff(), 0),
         )
-    if isinstance(storage, redis.Redis):
-        return storage
-    msg = (
-        "storage must be 'memory://', a redis://, rediss:// or unix:// URL, or a redis.Redis "
-        f"client, not {type(storage).__name__}"
-    )
-    raise TypeError(msg)
+    elif isinstance(storage, redis.Redis):
+        client = storage
+    elif isinstance(storage, redis.asyncio.Redis):
+        client, given = _sync_like(storage, timeout), storage
+    else:
+        msg = (
+            "storage must be 'memory://', a redis://, rediss:// or unix:// URL, or a "
+            f"redis.Redis or redis.asyncio.Redis client, not {type(storage).__name__}"
+        )
+        raise TypeError(msg)
+    return client, LoopClients(functools.partial(_async_like, client, timeout), given)

@@ -34,7 +34,7 @@ from ..hints.model import Hints, Quota, hints_of
 from ..policy import RetryBudget
 from .keys import LruMap
 from .state import Admission, OriginState, OriginView
-from .store import Tracker
+from .store import Steps, Tracker, run, stepwise
 
 __all__ = [
     "MAX_ROUTES",
@@ -403,12 +403,17 @@ class Bound:
         #: Admitted at once by all, or by none (those that did are released).
         self.try_now: _TryNow = self._try_now if alone is None else alone.try_now
 
+    @property
+    def steps(self) -> BoundSteps:
+        """The steps as generators (what async edges drive; the methods here drive them too)."""
+        return BoundSteps(self)
+
     def __repr__(self) -> str:
         """Show the route and the scopes."""
         return f"<Bound {self.route!r} scopes={[name for name, _ in self.scopes]}>"
 
     def _healthy(self, now: float) -> bool:
-        return all(tracker.healthy(now) for tracker in self._all)
+        return run(self.steps.healthy(now))
 
     @property
     def note_success(self) -> Callable[[float], None]:
@@ -420,50 +425,19 @@ class Bound:
             tracker.note_success(now)
 
     def _try_now(self, now: float) -> bool:
-        taken: list[Tracker] = []
-        for tracker in self._all:
-            if not tracker.try_now(now):
-                for done in taken:
-                    done.failed()
-                return False
-            taken.append(tracker)
-        return True
+        return run(self.steps.try_now(now))
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
         """The latest of what each would answer, reserving nothing."""
-        at = not_before
-        for tracker in self._all:
-            admission = tracker.when(now, not_before=at, deadline=deadline)
-            if not admission.final or not admission.granted:
-                return admission
-            at = max(at, now + admission.delay)
-        return Admission(max(0.0, at - now))
+        return run(self.steps.when(now, not_before=not_before, deadline=deadline))
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
-        """
-        A slot from each at the latest time any of them admits the request.
-
-        First asked of each without reserving (so no tracker spends a slot on a request that
-        another holds back), then reserved in each.
-        """
-        planned = self.when(now, not_before=not_before, deadline=deadline)
-        if not planned.final or not planned.granted:
-            return planned
-        at = now + planned.delay
-        granted: list[Tracker] = []
-        for tracker in self._all:
-            admission = tracker.acquire(now, not_before=at, deadline=deadline)
-            if not admission.granted or not admission.final:  # another request came first
-                for done in granted:
-                    done.cancel()
-                return admission
-            granted.append(tracker)
-            at = max(at, now + admission.delay)
-        return Admission(max(0.0, at - now))
+        """A slot from each at the latest time any of them admits the request (see steps)."""
+        return run(self.steps.acquire(now, not_before=not_before, deadline=deadline))
 
     def sent(self) -> None:
         """Sent: on the wire for every tracker."""
@@ -495,62 +469,11 @@ class Bound:
         counted: bool = True,
     ) -> None:
         """Each tracker learns its part; scopes named on this route are remembered."""
-        scopes = self.scopes
-        if (
-            len(scopes) == 1
-            and status < 400
-            and not self.origin_bound
-            and not self.given
-            and hints.retry_after is None
-            and hints.should_retry is None
-            and all(quota.scope == scopes[0][0] for quota in hints.quotas)
-        ):  # the common case, as split() would have it: all of it is the one scope's
-            scopes[0][1].observe(status, hints, now, sent_at=sent_at, counted=counted)
-            self.origin.note_success(now)
-            return
-        named = tuple(dict.fromkeys(q.scope for q in hints.quotas if q.scope is not None))
-        fresh: dict[str, Tracker] = {}
-        if named and not self.given:
-            pairs, news = self.book.learn(self.route, named)
-            fresh = dict(pairs)
-            if news:  # and for every process sharing the origin's state
-                route, limit = self.route, self.book.routes.limit
-                self.origin.update(lambda o: remember(o, route, named, limit))
-        mine = dict(scopes)
-        names = tuple(mine)
-        learned: set[str | None] = set()
-        for name, seen_status, part in split(status, hints, names, self.given):
-            if name is None:
-                if not self.origin_bound and part is _NONE and seen_status < 400:
-                    self.origin.note_success(now)  # nothing else for the host: lock-free
-                    learned.add(None)
-                    continue
-                tracker, was_counted = self.origin, counted and self.origin_bound
-            else:
-                found = mine.get(name)
-                was_counted = counted and found is not None
-                if found is None:
-                    found = fresh.get(name) or self.book.pairs((name,))[0][1]
-                tracker = found
-            tracker.observe(seen_status, part, now, sent_at=sent_at, counted=was_counted)
-            learned.add(name)
-        if counted:  # counted in flight but taught nothing: released
-            if None not in learned and self.origin_bound:
-                self.origin.failed()
-            for name, tracker in scopes:
-                if name not in learned:
-                    tracker.failed()
+        run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
 
     def cohort(self, now: float) -> CohortView:
         """The tightest of the cohorts: most waiting, lowest rate, latest opening."""
-        views = [tracker.cohort(now) for tracker in self._all]
-        rates = [v.admitted_rate for v in views if v.admitted_rate is not None]
-        return CohortView(
-            waiting=max(v.waiting for v in views),
-            admitted_rate=min(rates) if rates else None,
-            opens_in=max(v.opens_in for v in views),
-            paced=any(v.paced for v in views),
-        )
+        return run(self.steps.cohort(now))
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         """Budgets are the origin's."""
@@ -571,6 +494,162 @@ class Bound:
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
         """``look`` at the origin's state."""
         return self.origin.read(look, fresh=fresh)
+
+
+class BoundSteps:
+    """
+    A :class:`Bound`'s steps, each defined once as a generator (its trackers' steps in turn).
+
+    The sync methods of :class:`Bound` drive them here; async edges drive them on their loop.
+    """
+
+    __slots__ = ("b",)
+
+    def __init__(self, bound: Bound) -> None:
+        self.b = bound
+
+    def healthy(self, now: float) -> Steps[bool]:
+        for tracker in self.b._all:
+            if not (yield from stepwise(tracker).healthy(now)):
+                return False
+        return True
+
+    def try_now(self, now: float) -> Steps[bool]:
+        """Admitted at once by all, or by none (those that did are released)."""
+        taken: list[Tracker] = []
+        for tracker in self.b._all:
+            if not (yield from stepwise(tracker).try_now(now)):
+                for done in taken:
+                    done.failed()
+                return False
+            taken.append(tracker)
+        return True
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]:
+        """The latest of what each would answer, reserving nothing."""
+        at = not_before
+        for tracker in self.b._all:
+            admission = yield from stepwise(tracker).when(now, not_before=at, deadline=deadline)
+            if not admission.final or not admission.granted:
+                return admission
+            at = max(at, now + admission.delay)
+        return Admission(max(0.0, at - now))
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]:
+        """
+        A slot from each at the latest time any of them admits the request.
+
+        First asked of each without reserving (so no tracker spends a slot on a request that
+        another holds back), then reserved in each.
+        """
+        planned = yield from self.when(now, not_before=not_before, deadline=deadline)
+        if not planned.final or not planned.granted:
+            return planned
+        at = now + planned.delay
+        granted: list[Tracker] = []
+        for tracker in self.b._all:
+            admission = yield from stepwise(tracker).acquire(now, not_before=at, deadline=deadline)
+            if not admission.granted or not admission.final:  # another request came first
+                for done in granted:
+                    done.cancel()
+                return admission
+            granted.append(tracker)
+            at = max(at, now + admission.delay)
+        return Admission(max(0.0, at - now))
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> Steps[None]:
+        """Each tracker learns its part; scopes named on this route are remembered."""
+        b = self.b
+        scopes = b.scopes
+        if (
+            len(scopes) == 1
+            and status < 400
+            and not b.origin_bound
+            and not b.given
+            and hints.retry_after is None
+            and hints.should_retry is None
+            and all(quota.scope == scopes[0][0] for quota in hints.quotas)
+        ):  # the common case, as split() would have it: all of it is the one scope's
+            yield from stepwise(scopes[0][1]).observe(
+                status, hints, now, sent_at=sent_at, counted=counted
+            )
+            b.origin.note_success(now)
+            return
+        named = tuple(dict.fromkeys(q.scope for q in hints.quotas if q.scope is not None))
+        fresh: dict[str, Tracker] = {}
+        if named and not b.given:
+            pairs, news = b.book.learn(b.route, named)
+            fresh = dict(pairs)
+            if news:  # and for every process sharing the origin's state
+                route, limit = b.route, b.book.routes.limit
+                yield from stepwise(b.origin).update(lambda o: remember(o, route, named, limit))
+        mine = dict(scopes)
+        names = tuple(mine)
+        learned: set[str | None] = set()
+        for name, seen_status, part in split(status, hints, names, b.given):
+            if name is None:
+                if not b.origin_bound and part is _NONE and seen_status < 400:
+                    b.origin.note_success(now)  # nothing else for the host: lock-free
+                    learned.add(None)
+                    continue
+                tracker, was_counted = b.origin, counted and b.origin_bound
+            else:
+                found = mine.get(name)
+                was_counted = counted and found is not None
+                if found is None:
+                    found = fresh.get(name) or b.book.pairs((name,))[0][1]
+                tracker = found
+            yield from stepwise(tracker).observe(
+                seen_status, part, now, sent_at=sent_at, counted=was_counted
+            )
+            learned.add(name)
+        if counted:  # counted in flight but taught nothing: released
+            if None not in learned and b.origin_bound:
+                b.origin.failed()
+            for name, tracker in scopes:
+                if name not in learned:
+                    tracker.failed()
+
+    def cohort(self, now: float) -> Steps[CohortView]:
+        """The tightest of the cohorts: most waiting, lowest rate, latest opening."""
+        views = []
+        for tracker in self.b._all:
+            views.append((yield from stepwise(tracker).cohort(now)))
+        rates = [v.admitted_rate for v in views if v.admitted_rate is not None]
+        return CohortView(
+            waiting=max(v.waiting for v in views),
+            admitted_rate=min(rates) if rates else None,
+            opens_in=max(v.opens_in for v in views),
+            paced=any(v.paced for v in views),
+        )
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
+        """Budgets are the origin's."""
+        return stepwise(self.b.origin).record_attempt(budget, now)
+
+    def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
+        """Budgets are the origin's."""
+        return stepwise(self.b.origin).try_retry(budget, now)
+
+    def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
+        """``step`` on the origin's state."""
+        return stepwise(self.b.origin).update(step)
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> Steps[T]:
+        """``look`` at the origin's state."""
+        return stepwise(self.b.origin).read(look, fresh=fresh)
 
 
 def names_new_scopes(tracker: Tracker, hints: Hints) -> bool:

@@ -7,14 +7,21 @@ tracker is one atomic step on that key's state: the transitions of :mod:`.state`
 under the key's lock in memory, or as one server-side script in a shared store.  The edges
 and the call flow talk to trackers only, so a new store (Redis, ...) slots in here without
 touching them.
+
+**Steps that do I/O** (a shared store's round trips) are written once, as generators that
+yield :class:`Trip` requests and receive their replies (:data:`Steps`); a sync driver
+(:func:`run`, what a tracker's plain methods use) and an async one (:func:`run_async`, what
+async edges on asyncio use: the event loop never blocks) take the trips.  A tracker with such
+steps exposes them as ``tracker.steps`` (a :class:`Stepwise`); :func:`stepwise` gives every
+tracker one (a store with no I/O answers at once, yielding nothing).
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
-from typing import Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
@@ -24,9 +31,88 @@ from . import state as st
 from .keys import LruMap
 from .state import Admission, OriginState, OriginView, Settings
 
-__all__ = ["MemoryStore", "MemoryTracker", "Store", "Tracker"]
+__all__ = [
+    "Immediate",
+    "MemoryStore",
+    "MemoryTracker",
+    "Steps",
+    "Stepwise",
+    "Store",
+    "Tracker",
+    "Trip",
+    "done",
+    "run",
+    "run_async",
+    "stepwise",
+]
 
 T = TypeVar("T")
+
+
+class Carrier(Protocol):
+    """What takes a store's round trips: the sync way and the async way (see :class:`Trip`)."""
+
+    def send(self, trip: Trip) -> Any:
+        """The reply to ``trip``, here and now (bounded); raises if the store failed."""
+
+    async def send_async(self, trip: Trip) -> Any:
+        """The reply to ``trip`` without blocking the event loop (bounded); raises likewise."""
+
+
+class Trip(NamedTuple):
+    """One round trip a step asks for: ``op`` (a script's name) on ``keys`` with ``args``."""
+
+    carrier: Carrier
+    op: str
+    keys: list[str]
+    args: list[Any]
+
+
+#: A step written once for every driver: yields trips, receives replies, returns its result.
+#: A failed trip is thrown into it (the carrier's exception), so it falls back where it stands.
+Steps: TypeAlias = Generator[Trip, Any, T]
+
+
+def done(value: T) -> Steps[T]:
+    """A step that needs no round trip: ``value`` at once."""
+    return value
+    yield  # pragma: no cover - a generator that yields nothing
+
+
+def run(steps: Steps[T]) -> T:
+    """Drive ``steps`` in this thread: each trip by its carrier's sync client."""
+    try:
+        trip = next(steps)
+        while True:
+            try:
+                reply = trip.carrier.send(trip)
+            except Exception as exc:  # the step itself decides (falls back, never raises)
+                trip = steps.throw(exc)
+            else:
+                trip = steps.send(reply)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        steps.close()
+
+
+async def run_async(steps: Steps[T]) -> T:
+    """Drive ``steps`` on the running event loop: each trip awaited, never blocking it."""
+    try:
+        trip = next(steps)
+        while True:
+            try:
+                reply = await trip.carrier.send_async(trip)
+            except Exception as exc:
+                trip = steps.throw(exc)
+            else:
+                trip = steps.send(reply)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    finally:
+        steps.close()  # cancelled mid-trip: the step's own cleanup runs (GeneratorExit)
 
 
 @runtime_checkable
@@ -98,6 +184,109 @@ class Tracker(Protocol):
 
         ``fresh``: a shared store reads the state now, not a copy it may trust a moment.
         """
+
+
+class Stepwise(Protocol):
+    """A tracker's steps that may do I/O, as :data:`Steps` (same meaning as on :class:`Tracker`)."""
+
+    def healthy(self, now: float) -> Steps[bool]: ...  # pragma: no cover - a protocol
+
+    def try_now(self, now: float) -> Steps[bool]: ...  # pragma: no cover - a protocol
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]: ...  # pragma: no cover - a protocol
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]: ...  # pragma: no cover - a protocol
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> Steps[None]: ...  # pragma: no cover - a protocol
+
+    def cohort(self, now: float) -> Steps[CohortView]: ...  # pragma: no cover - a protocol
+
+    def record_attempt(
+        self, budget: RetryBudget, now: float
+    ) -> Steps[None]: ...  # pragma: no cover - a protocol
+
+    def try_retry(
+        self, budget: RetryBudget, now: float
+    ) -> Steps[bool]: ...  # pragma: no cover - a protocol
+
+    def update(
+        self, step: Callable[[OriginState], T]
+    ) -> Steps[T]: ...  # pragma: no cover - a protocol
+
+    def read(
+        self, look: Callable[[OriginState], T], *, fresh: bool = False
+    ) -> Steps[T]: ...  # pragma: no cover - a protocol
+
+
+class Immediate:
+    """The :class:`Stepwise` of a tracker that does no I/O: each step answers at once."""
+
+    __slots__ = ("tracker",)
+
+    def __init__(self, tracker: Tracker) -> None:
+        self.tracker = tracker
+
+    def healthy(self, now: float) -> Steps[bool]:
+        return done(self.tracker.healthy(now))
+
+    def try_now(self, now: float) -> Steps[bool]:
+        return done(self.tracker.try_now(now))
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]:
+        return done(self.tracker.acquire(now, not_before=not_before, deadline=deadline))
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]:
+        return done(self.tracker.when(now, not_before=not_before, deadline=deadline))
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> Steps[None]:
+        self.tracker.observe(status, hints, now, sent_at=sent_at, counted=counted)
+        return done(None)
+
+    def cohort(self, now: float) -> Steps[CohortView]:
+        return done(self.tracker.cohort(now))
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
+        self.tracker.record_attempt(budget, now)
+        return done(None)
+
+    def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
+        return done(self.tracker.try_retry(budget, now))
+
+    def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
+        return done(self.tracker.update(step))
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> Steps[T]:
+        return done(self.tracker.read(look, fresh=fresh))
+
+
+def stepwise(tracker: Tracker) -> Stepwise:
+    """``tracker``'s steps as generators: its own (``tracker.steps``), else :class:`Immediate`."""
+    steps: Stepwise | None = getattr(tracker, "steps", None)
+    return Immediate(tracker) if steps is None else steps
 
 
 class Store(Protocol):

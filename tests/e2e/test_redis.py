@@ -7,8 +7,10 @@ cohort entries.  No fakes: the scripts, expiries, ``TIME`` and failures are Redi
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +32,7 @@ from smoothclient.hints import Hints, Quota
 from smoothclient.pacing import redis_store
 from smoothclient.pacing.redis_store import RedisTracker, redis_key
 from smoothclient.pacing.scopes import Bound
+from smoothclient.pacing.store import run_async
 from smoothclient.tools.redis_server import RedisServer
 from smoothclient.tools.server import LimitedServer
 
@@ -243,7 +246,7 @@ def test_a_herd_completes_with_redis_killed_in_the_middle(server: RedisServer) -
 def test_bad_storage_is_refused() -> None:
     with pytest.raises(ValueError, match="storage"):
         Pacer(storage="mysql://x")
-    with pytest.raises(TypeError, match="storage"):
+    with pytest.raises(TypeError, match=r"storage .*redis\.asyncio\.Redis client, not int"):
         Pacer(storage=3)
 
 
@@ -295,52 +298,279 @@ def test_the_fleet_demo_runs_alone_then_shared(server: RedisServer) -> None:
     assert shared.sent - shared.throttled == 16  # every call got its 200
 
 
+class SlowProxy:
+    """A TCP proxy to Redis that holds each request ``delay`` s on its way (a slow network)."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream, self.delay = port, 0.0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                down, _ = self.listener.accept()
+                up = socket.create_connection(("127.0.0.1", self.upstream))
+                self.sockets += [down, up]
+                threading.Thread(target=self._pump, args=(down, up, True), daemon=True).start()
+                threading.Thread(target=self._pump, args=(up, down, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, slow: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if slow and self.delay:
+                    time.sleep(self.delay)  # in the proxy's thread: the test's own never sleep
+                target.sendall(data)
+        with contextlib.suppress(OSError):
+            target.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+@pytest.fixture
+def slow_proxy(server: RedisServer) -> Iterator[SlowProxy]:
+    proxy = SlowProxy(server.port)
+    yield proxy
+    proxy.close()
+
+
+class StepThreads:
+    """Which threads took store round trips with the sync client, and how many the async one."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sync: list[int] = []
+        self.on_loop = 0
+        send, send_async = redis_store.Link.send, redis_store.Link.send_async
+
+        def recorded(link: redis_store.Link, trip: Any) -> Any:
+            self.sync.append(threading.get_ident())
+            return send(link, trip)
+
+        async def recorded_async(link: redis_store.Link, trip: Any) -> Any:
+            self.on_loop += 1
+            return await send_async(link, trip)
+
+        monkeypatch.setattr(redis_store.Link, "send", recorded)
+        monkeypatch.setattr(redis_store.Link, "send_async", recorded_async)
+
+
+async def _calls_with_a_ticker(pacer: Pacer, sleep: Any) -> float:
+    """A few calls through a slow Redis (one retried: the flow too); the loop's worst stall."""
+    import anyio
+
+    gaps: list[float] = []
+    done = False
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while not done:
+            await sleep(0.002)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    with LimitedServer(rate=1000, burst=100) as limited:
+        transport = AsyncSmoothTransport(pacer=pacer)
+        async with httpx.AsyncClient(transport=transport) as client:
+            responses: list[httpx.Response] = []
+
+            async def get(path: str) -> None:
+                responses.append(await client.get(f"{limited.url}{path}"))
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(ticker)
+                async with anyio.create_task_group() as calls:
+                    for path in ("/items/1", "/items/2", "/fault/reset/once"):
+                        calls.start_soon(get, path)
+                done = True
+    assert sorted(r.status_code for r in responses) == [200] * 3
+    retried = [r for r in responses if r.url.path.startswith("/fault")]
+    assert retried[0].extensions["smoothclient"]["attempts"] == 2
+    return max(gaps)
+
+
 def test_async_edges_never_block_the_loop_on_redis(
-    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    slow_proxy: SlowProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every store step slowed to 200 ms: none runs on the loop's thread, and the loop ticks on."""
+    """
+    On asyncio every round trip slowed to 200 ms: each is awaited on the loop (redis.asyncio),
+    none is taken by a worker thread, and the loop ticks on.
+    """
     import asyncio
-    import threading
 
-    real = RedisTracker._step
-    step_threads: list[int] = []
+    pacer = Pacer(storage=slow_proxy.url, probe=0, storage_timeout=2.0)
+    slow_proxy.delay = 0.2
+    steps = StepThreads(monkeypatch)
+    worst_gap = asyncio.run(_calls_with_a_ticker(pacer, asyncio.sleep))
+    assert steps.on_loop  # the steps did take round trips, on the loop
+    assert steps.sync == []  # and no worker thread took one with the sync client
+    assert pacer._track(ORIGIN).link.up  # type: ignore[attr-defined]  # never timed out
+    assert worst_gap < 0.2  # never held for a round trip (a loaded machine stalls ~0.1 s)
 
-    def slow(self: RedisTracker, *args: Any, **kwargs: Any) -> Any:
-        step_threads.append(threading.get_ident())
-        time.sleep(0.2)  # a slow Redis round trip, in whatever thread the step runs
-        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(RedisTracker, "_step", slow)
+def test_async_edges_on_trio_take_redis_steps_in_worker_threads(
+    slow_proxy: SlowProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis.asyncio is asyncio's: on trio the steps run in worker threads, never its own."""
+    import trio
+
+    pacer = Pacer(storage=slow_proxy.url, probe=0, storage_timeout=2.0)
+    slow_proxy.delay = 0.2
+    steps = StepThreads(monkeypatch)
+    worst_gap = trio.run(_calls_with_a_ticker, pacer, trio.sleep)
+    assert steps.sync  # the steps did run, each in a worker thread
+    assert threading.get_ident() not in steps.sync
+    assert steps.on_loop == 0
+    assert worst_gap < 0.2
+
+
+def test_async_steps_fail_open_at_once_when_redis_dies(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis killed: async calls go on from memory, never wait past the bound, one warning."""
+    import asyncio
+
     (pacer,) = fleet(server, 1)
-    assert pacer.shared
+    tracker = pacer._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
 
-    async def main() -> float:
-        gaps: list[float] = []
-        done = asyncio.Event()
-
-        async def ticker() -> None:
-            last = time.monotonic()
-            while not done.is_set():
-                await asyncio.sleep(0.002)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-
+    async def main() -> None:
+        await run_async(tracker.steps.observe(503, Hints(retry_after=30.0), pacer.clock()))
+        server.kill()
+        for _ in range(20):
+            started = time.monotonic()
+            now = pacer.clock()
+            admission = await run_async(tracker.steps.acquire(now, deadline=now + 1))
+            await run_async(tracker.steps.observe(200, Hints(), pacer.clock(), counted=False))
+            assert time.monotonic() - started < 0.25  # never waits on Redis past its bound
+            assert not admission.granted  # the gate seen last still holds: no burst
         with LimitedServer(rate=1000, burst=100) as limited:
             transport = AsyncSmoothTransport(pacer=pacer)
             async with httpx.AsyncClient(transport=transport) as client:
-                tick = asyncio.create_task(ticker())
-                responses = await asyncio.gather(
-                    *(client.get(f"{limited.url}/items/{n}") for n in range(9)),
-                    client.get(f"{limited.url}/fault/reset/once"),  # retried: the flow too
-                )
-                done.set()
-                await tick
-        assert [r.status_code for r in responses] == [200] * 10
-        assert responses[-1].extensions["smoothclient"]["attempts"] == 2
-        return max(gaps)
+                response = await client.get(f"{limited.url}/items/1")
+                assert response.status_code == 200  # another origin: from memory, at once
 
-    worst_gap = asyncio.run(main())
-    assert step_threads  # the steps did run, each in a worker thread: never the loop's own
-    assert threading.get_ident() not in step_threads
-    assert worst_gap < 0.2  # never held for a whole step (a loaded machine stalls ~0.1 s)
+    with caplog.at_level(logging.WARNING, logger="smoothclient.pacing"):
+        asyncio.run(main())
+    warnings = [r for r in caplog.records if "Redis failed" in r.getMessage()]
+    assert len(warnings) == 1  # one warning per outage
+
+
+def test_async_steps_fail_open_when_redis_stalls(server: RedisServer) -> None:
+    """CLIENT PAUSE (Redis stops answering for 0.8 s): a step gives up at its timeout."""
+    import asyncio
+
+    (pacer,) = fleet(server, 1, storage_timeout=0.2)
+    tracker = pacer._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+
+    async def main() -> float:
+        await run_async(tracker.steps.observe(200, Hints(), pacer.clock(), counted=False))
+        assert tracker.link.up
+        with redis.Redis.from_url(server.url) as admin:
+            admin.execute_command("CLIENT", "PAUSE", 800, "ALL")
+            started = time.monotonic()
+            await run_async(tracker.steps.observe(503, Hints(retry_after=5.0), pacer.clock()))
+            took = time.monotonic() - started
+            assert not tracker.link.up  # noted down: the next steps go to memory at once
+            assert tracker.fallback.view(pacer.clock()).gate_in > 4  # the step taken in memory
+            admin.execute_command("CLIENT", "UNPAUSE")
+        return took
+
+    assert asyncio.run(main()) < 0.2 + 0.5  # the timeout, and a loaded machine's slack
+
+
+def test_concurrent_tasks_never_share_a_slot_nor_lose_counts(server: RedisServer) -> None:
+    """
+    Two processes, twenty tasks each on one loop, one paced origin: every slot distinct, and
+    each process's own counts back to zero once every slot is cancelled.
+    """
+    import asyncio
+
+    pacers = fleet(server, 2)
+    pacers[0]._track(ORIGIN).observe(
+        200, Hints(remaining=0, limit=1000, window=10, reset_after=10), pacers[0].clock()
+    )  # a bucket of 100 req/s, spent
+
+    async def take(pacer: Pacer, slots: list[float]) -> None:
+        tracker = pacer._track(ORIGIN)
+        assert isinstance(tracker, RedisTracker)
+        for _ in range(2):
+            now = pacer.clock()
+            admission = await run_async(tracker.steps.acquire(now, deadline=now + 60))
+            while not admission.final:
+                now = pacer.clock()
+                admission = await run_async(
+                    tracker.steps.acquire(now, not_before=now + admission.delay, deadline=now + 60)
+                )
+            slots.append(now + admission.delay)
+            tracker.cancel()
+
+    async def main() -> list[float]:
+        slots: list[float] = []
+        await asyncio.gather(*(take(p, slots) for p in pacers for _ in range(20)))
+        return slots
+
+    slots = sorted(asyncio.run(main()))
+    assert len(slots) == 80
+    gaps = [b - a for a, b in itertools.pairwise(slots)]
+    assert min(gaps) >= 0.01 - 0.002  # 100 req/s: no two requests share a slot
+    for pacer in pacers:
+        tracker = pacer._track(ORIGIN)
+        assert isinstance(tracker, RedisTracker)
+        assert tracker.mine == [0, 0]
+        tracker.update(lambda o: None)  # the counts go out with a process's next step
+    assert fleet(server, 1)[0].view(ORIGIN).waiting == 0
+
+
+def test_one_pacer_on_several_loops_gets_a_client_per_loop(
+    server: RedisServer, recwarn: pytest.WarningsRecorder
+) -> None:
+    """Several asyncio.run in a row: each loop its own client, closed with it (no warning)."""
+    import asyncio
+    import gc
+
+    (pacer,) = fleet(server, 1)
+    tracker = pacer._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+
+    async def once(n: int) -> int:
+        await run_async(tracker.steps.observe(200, Hints(), pacer.clock(), counted=False))
+        await run_async(tracker.steps.update(lambda o: setattr(o, "limit", float(n))))
+        return len(tracker.link.loops._loops)
+
+    assert [asyncio.run(once(n)) for n in range(3)] == [1, 1, 1]  # the last loop's only
+    assert tracker.link.up
+    gc.collect()
+    assert not [w for w in recwarn if issubclass(w.category, ResourceWarning)]
+    assert tracker.read(lambda o: o.limit, fresh=True) == 2.0
+
+
+def test_a_ready_asyncio_client_is_accepted(server: RedisServer) -> None:
+    """storage=redis.asyncio.Redis: its loop uses it; sync steps get a client to the same server."""
+    import asyncio
+
+    import redis.asyncio
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(server.url)
+        pacer = Pacer(storage=client, probe=0)
+        tracker = pacer._track(ORIGIN)
+        assert isinstance(tracker, RedisTracker)
+        await run_async(tracker.steps.observe(503, Hints(retry_after=3.0), pacer.clock()))
+        assert tracker.link.loops.given is client
+        assert tracker.link.up
+        await client.aclose()
+
+    asyncio.run(main())
+    with redis.Redis.from_url(server.url) as client:
+        assert client.hget(redis_key(ORIGIN), "v") == b"1"  # written through the given client
