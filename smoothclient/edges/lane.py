@@ -193,7 +193,8 @@ class FastLane:
     # Twins of enter / learner / leave for async edges on a shared store: the same decisions,
     # each tracker call a step (a generator of round trips, :mod:`smoothclient.pacing.store`)
     # that the edge drives on its event loop.  The plain methods above stay generator-free:
-    # they are the hot path of every other edge.
+    # they are the hot path of every other edge (benchmarks/overhead.py's row "fast lane
+    # through its step twins": driving these instead costs about 2.5 us a request).
 
     def enter_steps(
         self, origin: str, request: object = None
