@@ -29,6 +29,7 @@ from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
 from .base import Edge, EdgeCore, RequestInfo, drainable
 from .flow import Failure, Reply
+from .httpx_deadline import ENDS, cut_at_deadline
 
 __all__ = ["AsyncSmoothTransport", "RateLimitedError", "SmoothTransport"]
 
@@ -128,9 +129,8 @@ async def _bounded(
 
     Each read's own timeout bounds one read only: a header block dripped a byte at a time
     would hold the attempt past the call's deadline.  A cancel scope bounds the whole
-    attempt (``asyncio.timeout`` on asyncio, ``anyio`` elsewhere, e.g. trio).  The requests
-    adapter shuts the socket instead (:mod:`.watchdog`); httpx's sync transport bounds each
-    read only: no public hook reaches the socket of a connection its pool reuses.
+    attempt (``asyncio.timeout`` on asyncio, ``anyio`` elsewhere, e.g. trio).  The sync
+    transport ends every network wait with the attempt instead (:mod:`.httpx_deadline`).
     """
     import asyncio  # imported here: only async callers come this way, and it is cheap then
 
@@ -163,9 +163,11 @@ def _cut(request: httpx.Request, left: float | None) -> httpx.Request:
         return request
     timeout = request.extensions.get("timeout")
     if isinstance(timeout, dict):
-        values = timeout.values()
-        if None not in values and max(values) <= left:
-            return request  # the common case: every timeout ends before the deadline
+        try:
+            if max(timeout.values()) <= left:
+                return request  # the common case: every timeout ends before the deadline
+        except TypeError:  # a timeout of None (none at all) compares with nothing: cut it
+            pass
         request.extensions["timeout"] = {
             name: left if value is None else min(value, left) for name, value in timeout.items()
         }
@@ -285,6 +287,8 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         super().__init__(policy, pacer, rng, scope, policy_fields)
         self.transport = transport if transport is not None else httpx.HTTPTransport()
         self._sleep = sleep
+        #: whether an attempt in progress is cut at the deadline (a stock transport's is)
+        self._cuts = cut_at_deadline(self.transport)
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` through the retry flow; return the last response."""
@@ -314,7 +318,13 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         raise TypeError(_WRONG_CLIENT.format("httpx.AsyncClient", "AsyncSmoothTransport"))
 
     def _attempt(self, request: httpx.Request, left: float | None) -> httpx.Response:
-        return _read(self.transport.handle_request(_cut(request, left)))
+        if left is None or not self._cuts:
+            return _read(self.transport.handle_request(_cut(request, left)))
+        token = ENDS.set(time.monotonic() + left)  # every network wait ends with the attempt
+        try:
+            return _read(self.transport.handle_request(_cut(request, left)))
+        finally:
+            ENDS.reset(token)
 
     @staticmethod
     def _discard(response: httpx.Response) -> None:

@@ -368,6 +368,12 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     them) has measured an admitted rate under one per :data:`EPOCH`: it is paced from half a
     request per second (or the floor) and slow-starts from there, rather than left to
     jittered backoff, which sends its herd back in waves until one request gets through.
+
+    A cut takes effect only after the slot it found owed, at the old spacing (an interval of
+    the rate its episode of cuts began at): a throttle of the request sent in that slot says
+    nothing of the new rate and cuts nothing (cut on it, its EPOCH re-counting the first
+    throttle, a fleet's slowest process went from 3 to 2 to 1 req/s in a third of a second,
+    then crawled alone once the others were done).
     """
     pace = o.pace
     o.last_throttle = now
@@ -377,6 +383,10 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
         o.throttles.popleft()
     if now < o.noise_until or (sent_at is not None and sent_at <= o.last_cut):
         return
+    cut = o.cut
+    old = None if cut is None else cut[1]  # the rate its episode of cuts began at
+    if cut and old and sent_at is not None and cut[3] < old and sent_at < cut[0] + 1 / old + SKEW:
+        return  # sent in the slot owed at the old spacing (an interval of it): before the cut
     since = now - EPOCH
     delivered, throttled = _recent(o.successes, since), _recent(o.throttles, since)
     share = throttled / (throttled + delivered)
@@ -384,7 +394,6 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
         return  # young, and few answers or most got through: too little to tell a limiter by
     if o.learned and now - o.last_cut < EPOCH / 4:
         return  # the last cut has not shown its effect yet
-    cut = o.cut
     if (
         cut is not None
         and cut[2] < 0.5

@@ -30,22 +30,18 @@ atomic across the fleet.
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.
 
-**One definition, two drivers.**  Each step (:class:`RedisSteps`) is a generator: it applies
-the pure transition to the copy, yields its round trip (a :class:`~.store.Trip`: the
+**One definition, two drivers.** Each step (:class:`~.redis_steps.RedisSteps`) is a generator:
+it applies the pure transition to the copy, yields its round trip (a :class:`~.store.Trip`: the
 ``_SAVE`` or ``_READ`` script, keys and arguments) and handles the reply (written; or someone
-wrote first: adopt what Redis holds and go again; or failed: fall back).  Sync edges drive it
+wrote first: adopt what Redis holds and go again; or failed: fall back). Sync edges drive it
 with the sync client (:func:`~.store.run`; one connection pool for every thread, each trip
 bounded by ``timeout``); async edges on asyncio drive the same generator on their event loop
 (:func:`~.store.run_async`: each trip awaited on that loop's ``redis.asyncio`` client and
-bounded by the timeout), so the loop never blocks.  Both feed one fleet clock
-(:meth:`Link.tick`) and note failures one way.  ``redis.asyncio`` runs on asyncio only: on
-trio the async edges take the same steps in worker threads with the sync client.
+bounded by the timeout), so the loop never blocks. Both feed one fleet clock
+(:meth:`Link.tick`) and note failures one way. ``redis.asyncio`` runs on asyncio only: on trio
+the async edges take the same steps in worker threads with the sync client.
 
-- **Clients**: a URL gives a sync client and, when a loop first asks, an asyncio client per
-  event loop (a ``redis.asyncio`` client belongs to the loop it first ran on), closed when
-  the loop shuts down (:class:`LoopClients`).  A ready ``redis.Redis`` serves sync steps as
-  it is; a ready ``redis.asyncio.Redis`` serves its own loop as it is, and sync steps get a
-  client made from its connection settings.
+- **Clients, round trips and the clock** live in :mod:`.redis_link`.
 - **Concurrency**: no lock is held across a round trip by an async driver; the copy's lock
   guards only the moments a step computes or adopts.  Tasks of one process race like
   processes: a write whose base version is stale fails, adopts and goes again.  A step
@@ -59,33 +55,31 @@ trio the async edges take the same steps in worker threads with the sync client.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import math
-import random
 import threading
 import time
 import uuid
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
 from ..policy import RetryBudget
-from . import learning
 from . import state as st
 from .codec import dump, load
 from .keys import LruMap
+from .redis_link import TIMEOUT, Link, LoopClients, _Down, connect
+from .redis_steps import RedisSteps
 from .state import Admission, OriginState, OriginView, Settings
 from .store import MemoryStore, MemoryTracker, Steps, Trip, run
 
 __all__ = [
     "COHORT_TTL",
     "TRUST",
+    "Link",
     "LoopClients",
     "RedisSteps",
     "RedisStore",
@@ -100,334 +94,8 @@ T = TypeVar("T")
 TRUST = 0.1
 #: A process's cohort counts are dropped this long after it last wrote them (seconds).
 COHORT_TTL = 30.0
-#: The longest a store waits on Redis for one step, by default (seconds).
-TIMEOUT = 0.05
-#: At most this many readings of the server's ``TIME`` set the fleet's clock at first.
-CLOCK_READINGS = 4
 #: Keys outlive the last time their state matters by this much (seconds).
 LINGER = 60.0
-
-# KEYS[1]: the state's key.  ARGV: the version the caller read, the state, the cohort, the
-# expiry in ms.  Written only if nobody wrote since; else the current version, state, cohort.
-_SAVE = """
-local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
-local t = redis.call('TIME')
-if v ~= tonumber(ARGV[1]) then
-  local cur = redis.call('HMGET', KEYS[1], 's', 'c')
-  return {0, v, cur[1] or '', cur[2] or '', t[1], t[2]}
-end
-v = v + 1
-redis.call('HSET', KEYS[1], 'v', v, 's', ARGV[2], 'c', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {1, v, '', '', t[1], t[2]}
-"""
-_READ = """
-local cur = redis.call('HMGET', KEYS[1], 'v', 's', 'c')
-local t = redis.call('TIME')
-return {tonumber(cur[1] or '0'), cur[2] or '', cur[3] or '', t[1], t[2]}
-"""
-
-
-class _Down(Exception):
-    """Redis is not to be asked now (down, or a step ran out of time)."""
-
-
-#: What makes a sync client and an asyncio client alike: where to connect and as whom.
-_PORTABLE = ("host", "port", "db", "username", "password", "path", "client_name")
-
-
-def _portable(pool: Any, timeout: float) -> tuple[str, dict[str, Any]]:
-    """A pool's connection class name and the settings a client of the other kind can take."""
-    kwargs = pool.connection_kwargs
-    given = {k: v for k, v in kwargs.items() if k in _PORTABLE or k.startswith("ssl_")}
-    given.update(socket_timeout=timeout, socket_connect_timeout=timeout)
-    return pool.connection_class.__name__, given
-
-
-def _async_like(client: Any, timeout: float) -> Any:
-    """A new ``redis.asyncio`` client to where the sync ``client`` connects (never retrying)."""
-    import redis.asyncio
-    import redis.asyncio.connection
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    name, kwargs = _portable(client.connection_pool, timeout)
-    cls = getattr(redis.asyncio.connection, name, redis.asyncio.connection.Connection)
-    pool = redis.asyncio.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
-    return redis.asyncio.Redis(connection_pool=pool)
-
-
-def _sync_like(client: Any, timeout: float) -> Any:
-    """A new sync ``redis.Redis`` client to where the asyncio ``client`` connects."""
-    import redis
-    import redis.connection
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    name, kwargs = _portable(client.connection_pool, timeout)
-    cls = getattr(redis.connection, name, redis.connection.Connection)
-    pool = redis.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
-    client = redis.Redis(connection_pool=pool)
-    client.auto_close_connection_pool = True  # its pool is its own: closed with it
-    return client
-
-
-async def _closing(client: Any, gone: Callable[[], object]) -> AsyncIterator[None]:
-    """Closes ``client`` when its event loop shuts its async generators down (``asyncio.run``)."""
-    try:
-        yield
-    finally:
-        gone()
-        await client.aclose(close_connection_pool=True)
-
-
-async def _within(awaitable: Awaitable[T], timeout: float) -> T:
-    """
-    ``await awaitable``, cancelled after ``timeout`` s (``TimeoutError``), like ``asyncio.timeout``.
-
-    But the expiry takes one more turn of the loop before it cancels: a loop that was
-    starved (a loaded host) runs the timer and the socket's callback in one turn, timer
-    first, and ``asyncio.timeout`` then dropped a reply already read (Redis taken for down,
-    the process pacing alone for a while).  A sync client's socket timeout has no such race.
-    """
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    state = [False, False]  # finished, expired
-
-    def cancel() -> None:
-        if not state[0]:
-            state[1] = True
-            task.cancel()
-
-    timer = loop.call_at(loop.time() + timeout, loop.call_soon, cancel)
-    try:
-        return await awaitable
-    except asyncio.CancelledError:
-        if state[1] and task.uncancel() == 0:
-            raise TimeoutError from None
-        raise
-    finally:
-        state[0] = True
-        timer.cancel()
-
-
-class LoopClients:
-    """
-    One ``redis.asyncio`` client per event loop, made when the loop first asks.
-
-    A ``redis.asyncio`` client belongs to the loop it first ran on, so a pacer used from
-    several loops (threads each running one, or one ``asyncio.run`` after another) gives each
-    its own client, and closes it when that loop shuts down (``asyncio.run`` and
-    ``loop.shutdown_asyncgens()`` finalize the loop's async generators: one of them closes
-    it); a loop's entry goes with the loop.  A ``given`` client (a ready
-    ``redis.asyncio.Redis``) serves the first loop that asks, and is never closed here.
-    """
-
-    def __init__(self, make: Callable[[], Any], given: Any = None) -> None:
-        """``make()``: a new client; ``given``: the caller's own, for its loop."""
-        self.make = make
-        self.given = given
-        self._given_loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, ...]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._turns: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
-        ] = weakref.WeakKeyDictionary()
-
-    def turn(self, key: str) -> asyncio.Lock:
-        """The running loop's turn of ``key``: its tasks take one step on the key at a time."""
-        loop = asyncio.get_running_loop()
-        turns = self._turns.get(loop)
-        if turns is None:
-            turns = self._turns[loop] = {}
-        lock = turns.get(key)
-        if lock is None:
-            if len(turns) > 4096:  # forget the idle ones: a key's lock is cheap to make again
-                for idle in [k for k, v in turns.items() if not v.locked()]:
-                    del turns[idle]
-            lock = turns[key] = asyncio.Lock()
-        return lock
-
-    async def scripts(self) -> tuple[Any, Any]:
-        """The running loop's scripts: ``_SAVE`` and ``_READ`` on its client."""
-        loop = asyncio.get_running_loop()
-        entry = self._loops.get(loop)
-        if entry is None:
-            if self.given is not None and self._given_loop is None:
-                self._given_loop = weakref.ref(loop)
-                client, keeper = self.given, None
-            else:
-                client = self.make()
-                keeper = _closing(client, functools.partial(self._loops.pop, loop, None))
-                await keeper.__anext__()  # the loop finalizes it at shutdown: client closed
-            entry = (client.register_script(_SAVE), client.register_script(_READ), keeper)
-            self._loops[loop] = entry
-        return entry[0], entry[1]
-
-
-class Link:
-    """
-    The connection to Redis: its scripts, its health and the fleet's clock.
-
-    Args:
-        client: a ``redis.Redis`` client (its pool shared by every thread).
-        timeout: the longest one step waits on Redis.
-        rng: randomness for the reconnect backoff.
-        loops: the ``redis.asyncio`` clients of each event loop (default: made like ``client``).
-
-    It carries a step's round trips (:class:`~smoothclient.pacing.store.Trip`): :meth:`send`
-    with ``client`` (sync edges, and async edges on trio, in worker threads), and
-    :meth:`send_async` with the running loop's ``redis.asyncio`` client (async edges on
-    asyncio).  Both note failures the same way and feed one fleet clock (:meth:`tick`).
-    """
-
-    def __init__(
-        self,
-        client: Any,
-        timeout: float = TIMEOUT,
-        rng: random.Random | None = None,
-        loops: LoopClients | None = None,
-    ):
-        """Register the scripts and set the clock against the server's ``TIME``."""
-        self.client = client
-        self.loops = loops or LoopClients(functools.partial(_async_like, client, timeout))
-        self.timeout = timeout
-        self.rng = rng or random.Random()
-        self.save = client.register_script(_SAVE)
-        self.read = client.register_script(_READ)
-        self.down_until = -math.inf
-        self.failures = 0
-        self.down_since: float | None = None
-        self._lock = threading.Lock()
-        self.offset = time.time() - time.monotonic()  # the wall clock, until Redis says
-        self._adjusted = time.monotonic()
-        self._stepped = False
-        with contextlib.suppress(_Down):  # if so, the wall clock stands in until Redis answers
-            self._step_clock()
-
-    def _step_clock(self) -> None:
-        """
-        Set the clock by a few readings of ``TIME``: the offset that all of them allow.
-
-        Each reading bounds it by its round trip; one slow trip (a fleet's processes all
-        starting at once) left the clock milliseconds off for a long time.
-        """
-        low, high = -math.inf, math.inf
-        for _ in range(CLOCK_READINGS):
-            sent = time.monotonic()
-            seconds, micros = self.call(self.client.time)
-            received = time.monotonic()
-            server = float(seconds) + float(micros) / 1e6
-            low2, high2 = max(low, server - received), min(high, server - sent)
-            if low2 > high2:  # the clocks disagree with an earlier reading: trust the latest
-                low2, high2 = server - received, server - sent
-            low, high = low2, high2
-            if high - low < 0.001:
-                break
-        with self._lock:
-            self.offset, self._stepped = (low + high) / 2, True
-            self._adjusted = time.monotonic()
-
-    def clock(self) -> float:
-        """The fleet's time: Redis's ``TIME``, read through this process's monotonic clock."""
-        return time.monotonic() + self.offset
-
-    @property
-    def up(self) -> bool:
-        """Whether Redis may be asked now."""
-        return time.monotonic() >= self.down_until
-
-    def call(self, fn: Callable[[], T]) -> T:
-        """``fn()`` against Redis, or :class:`_Down` (and the outage noted) if it fails."""
-        if not self.up:
-            raise _Down
-        try:
-            result = fn()
-        except Exception as exc:  # a store that fails never breaks a call
-            self._failed(exc)
-            raise _Down from exc
-        self._back(time.monotonic())
-        return result
-
-    def send(self, trip: Trip) -> Any:
-        """The reply to ``trip`` (a script run with the sync client), or :class:`_Down`."""
-        if trip.op == "turn":  # a sync driver on a loop's thread: no turn to wait for
-            return None
-        script = self.save if trip.op == "save" else self.read
-        return self.call(lambda: script(keys=trip.keys, args=trip.args))
-
-    async def send_async(self, trip: Trip) -> Any:
-        """
-        The reply to ``trip`` from the running loop's ``redis.asyncio`` client, or :class:`_Down`.
-
-        Bounded by the timeout (:func:`_within`); the loop runs on meanwhile.  A ``"turn"``
-        trip is no round trip: the loop's lock of the key, acquired (or ``TimeoutError``).
-        """
-        if trip.op == "turn":
-            lock = self.loops.turn(trip.keys[0])
-            await _within(lock.acquire(), self.timeout)
-            return lock
-        if not self.up:
-            raise _Down
-        try:
-            save, read = await self.loops.scripts()
-            script = save if trip.op == "save" else read
-            reply = await _within(script(keys=trip.keys, args=trip.args), self.timeout)
-        except Exception as exc:  # a store that fails never breaks a call
-            self._failed(exc)
-            raise _Down from exc
-        self._back(time.monotonic())
-        return reply
-
-    def tick(self, seconds: Any, micros: Any, sent: float, received: float) -> None:
-        """A ``TIME`` reading taken between ``sent`` and ``received`` (monotonic)."""
-        self._tick(float(seconds) + float(micros) / 1e6, sent, received)
-
-    def _tick(self, server: float, sent: float, received: float) -> None:
-        """
-        Bound the offset by one reading: Redis read its clock between ``sent`` and ``received``.
-
-        So the offset lies between ``server - received`` and ``server - sent``; it is moved
-        only when it falls outside (to the nearest bound), never toward each reading's midpoint:
-        a round trip's halves are unequal on a loaded host, and chasing midpoints made the
-        fleet's clock wobble by milliseconds against the server's (hosts disagreed on a reset
-        by as much, and a report of the same window read as a new one).
-        """
-        low, high = server - received, server - sent
-        with self._lock:
-            if not self._stepped:  # once, before any state is shared
-                self.offset, self._stepped = (low + high) / 2, True
-            else:  # slewed: at most a tenth of the time passed, so the clock never runs back
-                target = min(max(self.offset, low), high)
-                room = 0.1 * max(0.0, received - self._adjusted)
-                self.offset += max(-room, min(room, target - self.offset))
-            self._adjusted = received
-
-    def _failed(self, exc: Exception) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self.failures += 1
-            pause = min(30.0, 0.5 * 2 ** (self.failures - 1)) * self.rng.uniform(0.5, 1.5)
-            self.down_until = now + pause
-            first = self.down_since is None
-            if first:
-                self.down_since = now
-        if first:
-            log.warning(
-                "Redis failed (%s); pacing from this process's memory until it is back", exc
-            )
-        else:
-            log.debug("Redis still failing (%s); next try in %.2f s", exc, pause)
-
-    def _back(self, now: float) -> None:
-        if self.down_since is None and not self.failures:
-            return
-        with self._lock:
-            since, self.down_since, self.failures = self.down_since, None, 0
-        if since is not None:
-            log.warning("Redis is back after %.1f s; pacing from it again", now - since)
 
 
 def _horizon(o: OriginState, settings: Settings, now: float) -> float:
@@ -443,15 +111,15 @@ class RedisTracker:
     A :class:`~smoothclient.pacing.store.Tracker` over one key in Redis (see the module).
 
     Each step is written once, as a generator of round trips (:attr:`steps`, a
-    :class:`RedisSteps`); the plain methods drive it here (:func:`~.store.run`, the sync
-    client), async edges on asyncio drive the same generators on their event loop
-    (:func:`~.store.run_async`, ``redis.asyncio``).  No lock is held across a round trip by
-    an async driver: ``lock`` guards the copy only while a step computes or adopts (no I/O).
+    :class:`~.redis_steps.RedisSteps`); the plain methods drive it here (:func:`~.store.run`,
+    the sync client), async edges on asyncio drive the same generators on their event loop
+    (:func:`~.store.run_async`, ``redis.asyncio``). No lock is held across a round trip by an
+    async driver: ``lock`` guards the copy only while a step computes or adopts (no I/O).
     Threads take ``turn`` across a whole sync step (so they queue, as on one connection,
-    instead of racing), but tasks race: the version check orders them.  A step computes on
-    the copy in place, or on a private copy while another step's write of the copy is out
-    (so a change is never applied twice); its effect on this process's counts is applied at
-    once and taken back if its write fails.
+    instead of racing), but tasks race: the version check orders them. A step computes on the
+    copy in place, or on a private copy while another step's write of the copy is out (so a
+    change is never applied twice); its effect on this process's counts is applied at once and
+    taken back if its write fails.
     """
 
     def __init__(
@@ -836,81 +504,6 @@ class RedisTracker:
         return self.read(lambda o: st.view(key, o, now))
 
 
-class RedisSteps:
-    """
-    A :class:`RedisTracker`'s steps, each defined once as a generator of round trips.
-
-    The pure transition (:mod:`.state`, :mod:`.learning`), what the fallback does instead, and
-    what "busy" means for it.
-    """
-
-    __slots__ = ("t",)
-
-    def __init__(self, tracker: RedisTracker) -> None:
-        self.t = tracker
-
-    def healthy(self, now: float) -> Steps[bool]:
-        return self.read(lambda o: st.healthy(o, now))
-
-    def try_now(self, now: float) -> Steps[bool]:
-        s = self.t.settings
-        return self.t._step(
-            lambda o: st.try_now(o, s, now), lambda f: f.try_now(now), lambda: False
-        )
-
-    def when(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Steps[Admission]:
-        s = self.t.settings
-        return self.read(lambda o: st.when(o, s, now, not_before, deadline))
-
-    def acquire(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Steps[Admission]:
-        s = self.t.settings
-        return self.t._step(
-            lambda o: st.acquire(o, s, now, not_before, deadline),
-            lambda f: f.acquire(now, not_before=not_before, deadline=deadline),
-            lambda: Admission(st.PROBE_POLL, final=False),  # ask again in a moment
-        )
-
-    def observe(
-        self,
-        status: int,
-        hints: Hints,
-        now: float,
-        *,
-        sent_at: float | None = None,
-        counted: bool = True,
-    ) -> Steps[None]:
-        s = self.t.settings
-        return self.t._step(
-            lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
-            lambda f: f.observe(status, hints, now, sent_at=sent_at, counted=counted),
-        )
-
-    def cohort(self, now: float) -> Steps[CohortView]:
-        return self.read(lambda o: st.cohort(o, now))
-
-    def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
-        return self.t._step(
-            lambda o: o.budget(budget).record_request(now),
-            lambda f: f.record_attempt(budget, now),
-        )
-
-    def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
-        return self.t._step(
-            lambda o: o.budget(budget).try_retry(now),
-            lambda f: f.try_retry(budget, now),
-        )
-
-    def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
-        return self.t._step(step, lambda f: f.update(step))
-
-    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> Steps[T]:
-        return self.t._read(look, fresh)
-
-
 def redis_key(key: str, prefix: str = "smoothclient") -> str:
     """The Redis key of a store key: ``origin`` or ``"origin scope"``, hash-tagged by origin."""
     origin, _, scope = key.partition(" ")
@@ -956,43 +549,3 @@ class RedisStore:
 
     def keys(self) -> list[str]:
         return self._map.keys()
-
-
-def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients]:
-    """
-    A ``redis.Redis`` client for ``storage``, and the ``redis.asyncio`` clients of event loops.
-
-    ``storage``: a URL; a ready ``redis.Redis`` (used as it is by sync steps; each loop gets
-    an asyncio client to the same server); or a ready ``redis.asyncio.Redis`` (used as it is
-    on the first loop that runs a step; sync steps, other loops and the clock get clients to
-    the same server, made from its connection settings: host, port or path, db, credentials,
-    TLS files).  Every call of a client made here is bounded by ``timeout`` and never retried
-    inside redis-py: the store decides what a failure means (fall back, back off).
-    """
-    try:
-        import redis
-        import redis.asyncio
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-    except ImportError as exc:  # pragma: no cover - the extra is part of the test setup
-        msg = "a Redis storage needs redis-py: pip install 'smoothclient[redis]'"
-        raise ImportError(msg) from exc
-    given = None
-    if isinstance(storage, str):
-        client = redis.Redis.from_url(
-            storage,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
-        )
-    elif isinstance(storage, redis.Redis):
-        client = storage
-    elif isinstance(storage, redis.asyncio.Redis):
-        client, given = _sync_like(storage, timeout), storage
-    else:
-        msg = (
-            "storage must be 'memory://', a redis://, rediss:// or unix:// URL, or a "
-            f"redis.Redis or redis.asyncio.Redis client, not {type(storage).__name__}"
-        )
-        raise TypeError(msg)
-    return client, LoopClients(functools.partial(_async_like, client, timeout), given)

@@ -103,16 +103,15 @@ def test_an_answer_that_never_comes_ends_at_the_deadline(
 
 @pytest.mark.parametrize(
     "run",
-    [_httpx_async, _httpx_async_on("trio"), _requests],
-    ids=["asyncio", "trio", "requests"],
+    [_httpx, _httpx_async, _httpx_async_on("trio"), _requests],
+    ids=["httpx", "asyncio", "trio", "requests"],
 )
 def test_a_dripped_header_block_ends_at_the_deadline(server: LimitedServer, run: Get) -> None:
     """
     Every read is quick but the header block never ends: the whole attempt is cut.
 
-    Async edges cut it with a cancel scope, the requests adapter with its watchdog (it shuts
-    the socket).  httpx's sync transport bounds each read only (no public hook reaches the
-    socket of a reused connection), and is not tested here.
+    Async edges cut it with a cancel scope, httpx's sync transport by ending every network
+    wait with the attempt, the requests adapter with its watchdog (it shuts the socket).
     """
     policy = FAST.replace(timeout=0.8)
     start = time.monotonic()
@@ -124,7 +123,16 @@ def test_a_dripped_header_block_ends_at_the_deadline(server: LimitedServer, run:
 
 
 def test_a_dripped_header_block_on_a_reused_connection_is_cut(server: LimitedServer) -> None:
-    """The requests adapter's watchdog follows a connection from the pool, too."""
+    """The sync edges cut an attempt on a connection from the pool, too."""
+    transport = SmoothTransport(policy=FAST.replace(timeout=0.8))
+    with httpx.Client(transport=transport) as client:
+        assert client.get(f"{server.url}/fault/none").status_code == 404  # a quick answer
+        assert len(transport.transport._pool.connections) == 1  # type: ignore[attr-defined]
+        start = time.monotonic()
+        with pytest.raises(httpx.ReadTimeout):
+            client.get(f"{server.url}/fault/drip?reused-httpx")
+        assert time.monotonic() - start < 1.3
+
     adapter = SmoothAdapter(policy=FAST.replace(timeout=0.8))
     with requests.Session() as session:
         session.mount("http://", adapter)

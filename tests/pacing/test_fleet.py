@@ -271,3 +271,26 @@ def test_an_early_probe_beaten_to_a_new_window_is_no_miss() -> None:
     learning.observe(o, s, 429, later, 1.0, sent_at=1.0, counted=True)
     assert o.early_misses == 0
     assert o.early_lead == pytest.approx(1.0)
+
+
+def test_a_throttle_sent_before_the_cut_took_effect_does_not_cut_again() -> None:
+    """
+    A cut takes effect after the slot already owed, an interval of the old rate later.  A
+    throttle of the request sent in it says nothing of the new rate; cut again on it (its
+    EPOCH re-counting the first throttle), a fleet's slow process went from 3 to 2 to 1 req/s
+    in a third of a second, then crawled alone once the others were done.
+    """
+    o, s = _at_the_floor()
+    for now in (1.0, 1.5, 2.0, 2.4, 2.7):  # slow start from the floor to 3 req/s
+        learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.002, counted=False)
+    assert o.pace.rate == pytest.approx(3.0)
+    learning.observe(o, s, 429, Hints(), 3.1, sent_at=3.098, counted=False)
+    assert o.pace.rate == pytest.approx(2.0)  # two got through in the last second
+    # the slot owed at the old rate, a third of a second on: sent before the cut took effect
+    learning.observe(o, s, 429, Hints(), 3.432, sent_at=3.43, counted=False)
+    assert o.pace.rate == pytest.approx(2.0)
+    assert o.ceiling == pytest.approx(2.0)
+    # a throttle at the new spacing is evidence against the new rate: it cuts
+    learning.observe(o, s, 429, Hints(), 3.932, sent_at=3.93, counted=False)
+    assert o.pace.rate is not None
+    assert o.pace.rate < 2.0

@@ -1,0 +1,103 @@
+"""
+The steps of a :class:`~.redis_store.RedisTracker`, each defined once as a generator of round trips.
+
+Every step is the pure transition of :mod:`.state` or :mod:`.learning`, what the in-memory
+fallback does instead when Redis is down, and, for a slot, what "busy" means (others wrote
+first for longer than the timeout: ask again in a moment).  The sync driver
+(:func:`~.store.run`) and the async one (:func:`~.store.run_async`) take their round trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from ..engine.decide import CohortView
+from ..hints.model import Hints
+from ..policy import RetryBudget
+from . import learning
+from . import state as st
+from .state import Admission, OriginState
+from .store import Steps
+
+if TYPE_CHECKING:
+    from .redis_store import RedisTracker
+
+__all__ = ["RedisSteps"]
+
+T = TypeVar("T")
+
+
+class RedisSteps:
+    """
+    A :class:`RedisTracker`'s steps, each defined once as a generator of round trips.
+
+    The pure transition (:mod:`.state`, :mod:`.learning`), what the fallback does instead, and
+    what "busy" means for it.
+    """
+
+    __slots__ = ("t",)
+
+    def __init__(self, tracker: RedisTracker) -> None:
+        self.t = tracker
+
+    def healthy(self, now: float) -> Steps[bool]:
+        return self.read(lambda o: st.healthy(o, now))
+
+    def try_now(self, now: float) -> Steps[bool]:
+        s = self.t.settings
+        return self.t._step(
+            lambda o: st.try_now(o, s, now), lambda f: f.try_now(now), lambda: False
+        )
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]:
+        s = self.t.settings
+        return self.read(lambda o: st.when(o, s, now, not_before, deadline))
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Steps[Admission]:
+        s = self.t.settings
+        return self.t._step(
+            lambda o: st.acquire(o, s, now, not_before, deadline),
+            lambda f: f.acquire(now, not_before=not_before, deadline=deadline),
+            lambda: Admission(st.PROBE_POLL, final=False),  # ask again in a moment
+        )
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> Steps[None]:
+        s = self.t.settings
+        return self.t._step(
+            lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
+            lambda f: f.observe(status, hints, now, sent_at=sent_at, counted=counted),
+        )
+
+    def cohort(self, now: float) -> Steps[CohortView]:
+        return self.read(lambda o: st.cohort(o, now))
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
+        return self.t._step(
+            lambda o: o.budget(budget).record_request(now),
+            lambda f: f.record_attempt(budget, now),
+        )
+
+    def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
+        return self.t._step(
+            lambda o: o.budget(budget).try_retry(now),
+            lambda f: f.try_retry(budget, now),
+        )
+
+    def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
+        return self.t._step(step, lambda f: f.update(step))
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> Steps[T]:
+        return self.t._read(look, fresh)
