@@ -25,7 +25,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from .store import Trip
@@ -112,6 +112,37 @@ async def _closing(client: Any, gone: Callable[[], object]) -> AsyncIterator[Non
     finally:
         gone()
         await client.aclose(close_connection_pool=True)
+
+
+async def _within(awaitable: Awaitable[T], timeout: float) -> T:
+    """
+    ``await awaitable``, cancelled after ``timeout`` s (``TimeoutError``), like ``asyncio.timeout``.
+
+    But the expiry takes one more turn of the loop before it cancels: a loop that was
+    starved (a loaded host) runs the timer and the socket's callback in one turn, timer
+    first, and ``asyncio.timeout`` then dropped a reply already read (Redis taken for down,
+    the process pacing alone for a while).  A sync client's socket timeout has no such race.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    state = [False, False]  # finished, expired
+
+    def cancel() -> None:
+        if not state[0]:
+            state[1] = True
+            task.cancel()
+
+    timer = loop.call_at(loop.time() + timeout, loop.call_soon, cancel)
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if state[1] and task.uncancel() == 0:
+            raise TimeoutError from None
+        raise
+    finally:
+        state[0] = True
+        timer.cancel()
 
 
 class LoopClients:
@@ -264,21 +295,19 @@ class Link:
         """
         The reply to ``trip`` from the running loop's ``redis.asyncio`` client, or :class:`_Down`.
 
-        Bounded by the timeout (``asyncio.timeout``); the loop runs on meanwhile.  A ``"turn"``
+        Bounded by the timeout (:func:`_within`); the loop runs on meanwhile.  A ``"turn"``
         trip is no round trip: the loop's lock of the key, acquired (or ``TimeoutError``).
         """
         if trip.op == "turn":
             lock = self.loops.turn(trip.keys[0])
-            async with asyncio.timeout(self.timeout):
-                await lock.acquire()
+            await _within(lock.acquire(), self.timeout)
             return lock
         if not self.up:
             raise _Down
         try:
             save, read = await self.loops.scripts()
             script = save if trip.op == "save" else read
-            async with asyncio.timeout(self.timeout):
-                reply = await script(keys=trip.keys, args=trip.args)
+            reply = await _within(script(keys=trip.keys, args=trip.args), self.timeout)
         except Exception as exc:  # a store that fails never breaks a call
             self._failed(exc)
             raise _Down from exc

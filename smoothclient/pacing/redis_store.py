@@ -37,7 +37,7 @@ wrote first: adopt what Redis holds and go again; or failed: fall back). Sync ed
 with the sync client (:func:`~.store.run`; one connection pool for every thread, each trip
 bounded by ``timeout``); async edges on asyncio drive the same generator on their event loop
 (:func:`~.store.run_async`: each trip awaited on that loop's ``redis.asyncio`` client and
-bounded by ``asyncio.timeout``), so the loop never blocks. Both feed one fleet clock
+bounded by the timeout), so the loop never blocks. Both feed one fleet clock
 (:meth:`Link.tick`) and note failures one way. ``redis.asyncio`` runs on asyncio only: on trio
 the async edges take the same steps in worker threads with the sync client.
 
