@@ -27,7 +27,7 @@ from ..errors import RateLimited
 from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
 from ..pacing.scopes import names_new_scopes
-from ..pacing.store import Steps, Tracker, Trip, stepwise
+from ..pacing.store import Steps, Tracker, Trip, answer, stepwise
 from ..policy import RetryPolicy
 
 __all__ = [
@@ -372,7 +372,7 @@ def drive(
                     discard(last)
                 action = next(gen)
             elif isinstance(action, Trip):  # a shared store's round trip, taken here
-                action = _answer(gen, action)
+                action = answer(gen, action)
             else:
                 assert isinstance(action, Sleep)
                 sleep(action.seconds)
@@ -381,15 +381,6 @@ def drive(
         return Finished(last, error, stop.value)
     finally:
         gen.close()
-
-
-def _answer(gen: Generator[Action, Any, Any], trip: Trip) -> Action:
-    """Take ``trip`` with the store's sync client: ``gen``'s next action (its failure thrown in)."""
-    try:
-        reply = trip.carrier.send(trip)
-    except Exception as exc:  # the step falls back where it stands
-        return gen.throw(exc)
-    return gen.send(reply)
 
 
 #: Runs a step of the call's own code (the flow, the fast lane) somewhere else than in the
@@ -421,7 +412,7 @@ def _boxed_here(gen: Generator[Action, Any, Any], fn: Callable[[], Action]) -> t
     try:
         action = fn()
         while isinstance(action, Trip):
-            action = _answer(gen, action)
+            action = answer(gen, action)
         return True, action
     except StopIteration as stop:
         return False, stop.value

@@ -146,11 +146,8 @@ def _watched(sock: Any, getresponse: Callable[[], BaseHTTPResponse]) -> BaseHTTP
     watch = _WATCH.get()
     if watch is None:
         return getresponse()
-    watch.attach(sock)
-    try:
-        return getresponse()
-    finally:
-        watch.done = True
+    watch.attach(sock)  # the adapter ends the watch when the attempt returns or raises
+    return getresponse()
 
 
 class _CutHTTPConnection(HTTPConnection):

@@ -40,6 +40,7 @@ __all__ = [
     "Store",
     "Tracker",
     "Trip",
+    "answer",
     "done",
     "run",
     "run_async",
@@ -79,17 +80,26 @@ def done(value: T) -> Steps[T]:
     yield  # pragma: no cover - a generator that yields nothing
 
 
+def answer(steps: Generator[Any, Any, Any], trip: Trip) -> Any:
+    """
+    Take ``trip`` with its carrier's sync client: what ``steps`` yields next.
+
+    A failed trip is thrown into ``steps`` (the step itself decides: falls back, never
+    raises).  Every sync driver takes its trips this way (:func:`run`, the call flow's).
+    """
+    try:
+        reply = trip.carrier.send(trip)
+    except Exception as exc:
+        return steps.throw(exc)
+    return steps.send(reply)
+
+
 def run(steps: Steps[T]) -> T:
     """Drive ``steps`` in this thread: each trip by its carrier's sync client."""
     try:
         trip = next(steps)
         while True:
-            try:
-                reply = trip.carrier.send(trip)
-            except Exception as exc:  # the step itself decides (falls back, never raises)
-                trip = steps.throw(exc)
-            else:
-                trip = steps.send(reply)
+            trip = answer(steps, trip)
     except StopIteration as stop:
         result: T = stop.value
         return result
