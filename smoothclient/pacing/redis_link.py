@@ -39,6 +39,8 @@ T = TypeVar("T")
 TIMEOUT = 0.05
 #: At most this many readings of the server's ``TIME`` set the fleet's clock at first.
 CLOCK_READINGS = 4
+#: The longest pause before Redis is asked again after failed probes (seconds; jittered).
+MAX_PAUSE = 10.0
 
 # KEYS[1]: the state's key.  ARGV: the version the caller read, the state, the cohort, the
 # expiry in ms.  Written only if nobody wrote since; else the current version, state, cohort.
@@ -85,6 +87,11 @@ def _async_like(client: Any, timeout: float) -> Any:
     from redis.backoff import NoBackoff
 
     name, kwargs = _portable(client.connection_pool, timeout)
+    # the store's own bound (_within: one more turn of the loop before it cancels) is the one
+    # that counts; redis-py's, as tight, expired on a starved loop with the connection made
+    # or the reply read ("Timeout connecting to server" at a herd's start)
+    loose = max(1.0, 10 * timeout)
+    kwargs.update(socket_timeout=loose, socket_connect_timeout=loose)
     cls = getattr(redis.asyncio.connection, name, redis.asyncio.connection.Connection)
     pool = redis.asyncio.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
     return redis.asyncio.Redis(connection_pool=pool)
@@ -122,6 +129,9 @@ async def _within(awaitable: Awaitable[T], timeout: float) -> T:
     starved (a loaded host) runs the timer and the socket's callback in one turn, timer
     first, and ``asyncio.timeout`` then dropped a reply already read (Redis taken for down,
     the process pacing alone for a while).  A sync client's socket timeout has no such race.
+    A cancel the awaitable swallowed or turned into another error is taken back
+    (``uncancel``): left counted, it turned the task's next expiry into a ``CancelledError``
+    that ended the caller's call.
     """
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
@@ -137,12 +147,16 @@ async def _within(awaitable: Awaitable[T], timeout: float) -> T:
     try:
         return await awaitable
     except asyncio.CancelledError:
-        if state[1] and task.uncancel() == 0:
-            raise TimeoutError from None
+        if state[1]:
+            state[1] = False
+            if task.uncancel() == 0:
+                raise TimeoutError from None
         raise
     finally:
         state[0] = True
         timer.cancel()
+        if state[1]:  # the awaitable swallowed our cancel, or turned it into another error:
+            task.uncancel()  # take the request back, or the task's next timeout misfires
 
 
 class LoopClients:
@@ -339,28 +353,49 @@ class Link:
             self._adjusted = received
 
     def _failed(self, exc: Exception) -> None:
+        """
+        A round trip failed: Redis is not asked for a jittered pause, longer each probe.
+
+        The trips in flight when Redis went away fail together (a herd's tasks and threads):
+        one outage, one pause; a failure while Redis is already paused neither lengthens the
+        pause nor counts as a failed probe.  Counting each of them doubled the pause some
+        twenty times in a millisecond: a process paced alone for its longest pause after
+        one slow moment.
+        """
         now = time.monotonic()
         with self._lock:
+            if now < self.down_until:  # the same outage, already noted
+                log.debug("Redis failed too (%s) while paused", _name(exc))
+                return
             self.failures += 1
-            pause = min(30.0, 0.5 * 2 ** (self.failures - 1)) * self.rng.uniform(0.5, 1.5)
+            pause = min(MAX_PAUSE, 0.5 * 2 ** (self.failures - 1)) * self.rng.uniform(0.5, 1.5)
             self.down_until = now + pause
             first = self.down_since is None
             if first:
                 self.down_since = now
         if first:
             log.warning(
-                "Redis failed (%s); pacing from this process's memory until it is back", exc
+                "Redis failed (%s); pacing from this process's memory until it is back",
+                _name(exc),
             )
         else:
-            log.debug("Redis still failing (%s); next try in %.2f s", exc, pause)
+            log.debug("Redis still failing (%s); next try in %.2f s", _name(exc), pause)
 
     def _back(self, now: float) -> None:
+        """A round trip succeeded: Redis answers, so it is asked again at once."""
         if self.down_since is None and not self.failures:
             return
         with self._lock:
             since, self.down_since, self.failures = self.down_since, None, 0
+            self.down_until = -math.inf
         if since is not None:
             log.warning("Redis is back after %.1f s; pacing from it again", now - since)
+
+
+def _name(exc: BaseException) -> str:
+    """An exception as a log line shows it: its type, and its message if it has one."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients]:

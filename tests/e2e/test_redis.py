@@ -489,6 +489,39 @@ def test_async_steps_fail_open_when_redis_stalls(server: RedisServer) -> None:
     assert asyncio.run(main()) < 0.2 + 0.5  # the timeout, and a loaded machine's slack
 
 
+def test_trips_failing_together_are_one_outage(server: RedisServer) -> None:
+    """
+    A herd's trips in flight when Redis stalls fail together: one pause, not twenty doublings.
+
+    Counted one by one, they paused the process's use of Redis for its longest pause.
+    Then a trip that gets through ends the pause at once.
+    """
+    import asyncio
+
+    (pacer,) = fleet(server, 1, storage_timeout=0.1)
+    trackers: list[RedisTracker] = []
+    for i in range(20):  # one origin each: no turns shared
+        tracker = pacer._track(f"http://api{i}.test:80")
+        assert isinstance(tracker, RedisTracker)
+        trackers.append(tracker)
+    link = trackers[0].link
+
+    async def herd() -> None:
+        await asyncio.gather(
+            *(run_async(t.steps.observe(200, Hints(), pacer.clock())) for t in trackers)
+        )
+
+    with redis.Redis.from_url(server.url) as admin:
+        admin.execute_command("CLIENT", "PAUSE", 500, "ALL")
+        asyncio.run(herd())
+        admin.execute_command("CLIENT", "UNPAUSE")
+    assert link.failures == 1
+    assert link.down_until - time.monotonic() <= 0.5 * 1.5  # the first pause's longest
+    link._back(time.monotonic())  # a trip got through
+    assert link.up
+    assert link.failures == 0
+
+
 def test_concurrent_tasks_never_share_a_slot_nor_lose_counts(server: RedisServer) -> None:
     """
     Two processes, twenty tasks each on one loop, one paced origin: every slot distinct, and
