@@ -27,7 +27,7 @@ from ..errors import RateLimited
 from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
 from ..pacing.scopes import names_new_scopes
-from ..pacing.store import Steps, Tracker, Trip, answer, stepwise
+from ..pacing.store import Steps, Tracker, Trip, answer, answer_async, boxed, stepwise
 from ..policy import RetryPolicy
 
 __all__ = [
@@ -395,20 +395,8 @@ async def in_thread(fn: Callable[[], Any]) -> Any:
     return await anyio.to_thread.run_sync(fn)
 
 
-def _boxed(fn: Callable[[], Action]) -> tuple[bool, Any]:
-    """
-    ``(True, action)``, or ``(False, record)`` at the generator's end.
-
-    No StopIteration may cross a thread or leave a coroutine.
-    """
-    try:
-        return True, fn()
-    except StopIteration as stop:
-        return False, stop.value
-
-
 def _boxed_here(gen: Generator[Action, Any, Any], fn: Callable[[], Action]) -> tuple[bool, Any]:
-    """:func:`_boxed`, the round trips of the store's steps taken here (in a worker thread)."""
+    """:func:`~smoothclient.pacing.store.boxed`, the store's round trips taken here (a thread)."""
     try:
         action = fn()
         while isinstance(action, Trip):
@@ -443,16 +431,11 @@ async def drive_async(
 
     async def advance(fn: Callable[[], Action]) -> tuple[bool, Any]:
         if offload is not None:
-            boxed: tuple[bool, Any] = await offload(functools.partial(_boxed_here, gen, fn))
-            return boxed
-        going, action = _boxed(fn)
-        while going and isinstance(action, Trip):
-            try:
-                reply = await action.carrier.send_async(action)
-            except Exception as exc:  # the step falls back where it stands
-                going, action = _boxed(functools.partial(gen.throw, exc))
-            else:
-                going, action = _boxed(functools.partial(gen.send, reply))
+            taken: tuple[bool, Any] = await offload(functools.partial(_boxed_here, gen, fn))
+            return taken
+        going, action = boxed(fn)
+        while going and isinstance(action, Trip):  # a failed trip: the step falls back
+            going, action = await answer_async(gen, action)
         return going, action
 
     try:

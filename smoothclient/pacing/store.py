@@ -41,6 +41,8 @@ __all__ = [
     "Tracker",
     "Trip",
     "answer",
+    "answer_async",
+    "boxed",
     "done",
     "run",
     "run_async",
@@ -107,19 +109,40 @@ def run(steps: Steps[T]) -> T:
         steps.close()
 
 
+def boxed(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    """
+    ``(True, what fn() yields next)``, or ``(False, the result)`` when the generator ends.
+
+    No ``StopIteration`` may leave a coroutine (it turns into ``RuntimeError``) or cross a
+    thread: what advances a generator from one goes through this.
+    """
+    try:
+        return True, fn()
+    except StopIteration as stop:
+        return False, stop.value
+
+
+async def answer_async(steps: Generator[Any, Any, Any], trip: Trip) -> tuple[bool, Any]:
+    """
+    Take ``trip`` on the running event loop: what ``steps`` yields next (:func:`boxed`).
+
+    The async way of :func:`answer`: awaited on the carrier's loop client, never blocking
+    the loop; a failed trip is thrown into ``steps``.
+    """
+    try:
+        reply = await trip.carrier.send_async(trip)
+    except Exception as exc:
+        return boxed(functools.partial(steps.throw, exc))
+    return boxed(functools.partial(steps.send, reply))
+
+
 async def run_async(steps: Steps[T]) -> T:
     """Drive ``steps`` on the running event loop: each trip awaited, never blocking it."""
     try:
-        trip = next(steps)
-        while True:
-            try:
-                reply = await trip.carrier.send_async(trip)
-            except Exception as exc:
-                trip = steps.throw(exc)
-            else:
-                trip = steps.send(reply)
-    except StopIteration as stop:
-        result: T = stop.value
+        going, value = boxed(steps.__next__)
+        while going:
+            going, value = await answer_async(steps, value)
+        result: T = value
         return result
     finally:
         steps.close()  # cancelled mid-trip: the step's own cleanup runs (GeneratorExit)
