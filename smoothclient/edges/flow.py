@@ -397,13 +397,14 @@ async def in_thread(fn: Callable[[], Any]) -> Any:
 
 def _boxed_here(gen: Generator[Action, Any, Any], fn: Callable[[], Action]) -> tuple[bool, Any]:
     """:func:`~smoothclient.pacing.store.boxed`, the store's round trips taken here (a thread)."""
-    try:
+
+    def taken() -> Action:
         action = fn()
         while isinstance(action, Trip):
             action = answer(gen, action)
-        return True, action
-    except StopIteration as stop:
-        return False, stop.value
+        return action
+
+    return boxed(taken)
 
 
 async def drive_async(

@@ -86,12 +86,10 @@ def _async_like(client: Any, timeout: float) -> Any:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-    name, kwargs = _portable(client.connection_pool, timeout)
     # the store's own bound (_within: one more turn of the loop before it cancels) is the one
     # that counts; redis-py's, as tight, expired on a starved loop with the connection made
     # or the reply read ("Timeout connecting to server" at a herd's start)
-    loose = max(1.0, 10 * timeout)
-    kwargs.update(socket_timeout=loose, socket_connect_timeout=loose)
+    name, kwargs = _portable(client.connection_pool, max(1.0, 10 * timeout))
     cls = getattr(redis.asyncio.connection, name, redis.asyncio.connection.Connection)
     pool = redis.asyncio.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
     return redis.asyncio.Redis(connection_pool=pool)

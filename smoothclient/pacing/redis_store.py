@@ -151,8 +151,6 @@ class RedisTracker:
         """The steps as generators of round trips (what the edges drive)."""
         return RedisSteps(self)  # made when asked: no cycle keeps a dropped store's client
 
-    _sync = steps
-
     def _take_turn(self) -> Steps[Any]:
         """
         The turn to hold across a step (its ``release()`` ends it), or ``None``.
@@ -431,17 +429,17 @@ class RedisTracker:
             self.fallback.note_success(now)
 
     def try_now(self, now: float) -> bool:
-        return run(self._sync.try_now(now))
+        return run(self.steps.try_now(now))
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
-        return run(self._sync.when(now, not_before=not_before, deadline=deadline))
+        return run(self.steps.when(now, not_before=not_before, deadline=deadline))
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
-        return run(self._sync.acquire(now, not_before=not_before, deadline=deadline))
+        return run(self.steps.acquire(now, not_before=not_before, deadline=deadline))
 
     def sent(self) -> None:
         def change(mine: list[int]) -> None:
@@ -478,26 +476,26 @@ class RedisTracker:
         sent_at: float | None = None,
         counted: bool = True,
     ) -> None:
-        run(self._sync.observe(status, hints, now, sent_at=sent_at, counted=counted))
+        run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
 
     def cohort(self, now: float) -> CohortView:
-        return run(self._sync.cohort(now))
+        return run(self.steps.cohort(now))
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
-        run(self._sync.record_attempt(budget, now))
+        run(self.steps.record_attempt(budget, now))
 
     def try_retry(self, budget: RetryBudget, now: float) -> bool:
-        return run(self._sync.try_retry(budget, now))
+        return run(self.steps.try_retry(budget, now))
 
     def update(self, step: Callable[[OriginState], T]) -> T:
-        return run(self._sync.update(step))
+        return run(self.steps.update(step))
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
         """``look`` at the copy (read again if older than TRUST, or ``fresh``); every view."""
         if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
             with self.lock:  # a trusted copy (the fast lane's usual case): no step to drive
                 return look(self.state)
-        return run(self._sync.read(look, fresh=fresh))
+        return run(self.steps.read(look, fresh=fresh))
 
     def view(self, now: float) -> OriginView:
         key = self.key
