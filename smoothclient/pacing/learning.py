@@ -90,6 +90,7 @@ def observe(
         else:
             _weigh(o, status, sent_at, hints, now)
         _quota(o, hints, now, throttled=throttled, sent_at=sent_at, counted=counted)
+        _tally(o, hints.remaining, throttled=throttled, through=status < 400)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
     elif throttled:
@@ -212,6 +213,13 @@ def _ledger(
     if new_window:
         o.exhausted = None  # a spent quota's period ends with its window
         o.guess_whole = True
+        _share(o)
+        o.period_top = o.period_low = remaining
+        o.period_sent = o.period_ok = o.period_throttled = 0
+        if remaining >= 1:
+            left = min(
+                left, max(1, math.floor(o.share * remaining + 0.5)) - o.in_flight - o.waiting
+            )
     if o.avail is None or left < o.avail or new_window:
         o.avail = left
         o.ledger_set = (remaining, now)
@@ -229,6 +237,51 @@ def _ledger(
         o.reset_probe = None
     elif reset_after is not None:  # spent since the first report that said so, until the reset
         o.exhausted = (now if o.exhausted is None else o.exhausted[0], now + reset_after)
+
+
+def _share(o: OriginState) -> None:
+    """
+    At a window's end: this client's share of the next one, from its tally of the last.
+
+    A quota that others spend too (the processes of a fleet that share nothing, each
+    reading the same headers) admits each of them a part of every window.  Each one that
+    sends all the window holds at its reset earns the fleet a 429 for every request beyond
+    the one window (N - 1 windows' worth in a fleet of N).  So each client sends at a reset
+    only its share of what is left (the ledger), and learns that share by AIMD over windows
+    (Chiu and Jain, 1989: the law that converges N senders to fair shares without starving
+    any): a window in which some of its requests were throttled cuts it to the part of the
+    window's admissions that were its own (a measured, multiplicative decrease); a window
+    with no throttle raises it to that part if higher (the others sent less: a client left
+    alone is back to all of it after one window) and by one request more (the additive
+    increase), if the window had room left at the last report seen (a window the others
+    filled without a throttle holds no more for anyone).  Alone, or sharing its state with
+    the whole fleet (a shared store), a client sees no admissions but its own: its share
+    stays 1.  A window it sent nothing into says nothing.
+    """
+    top = o.period_top
+    sent = max(o.period_sent, o.period_ok + o.period_throttled)
+    if top is None or top < 1 or not sent:
+        return
+    if o.period_throttled:  # the window was full: it admitted its whole limit
+        used = max(o.limit or top, top - o.period_low, o.period_ok, 1.0)
+    else:  # what it admitted, as far as reported
+        used = max(top - o.period_low, o.period_ok, 1.0)
+    got = o.period_ok / used
+    if o.period_throttled:
+        o.share = max(1 / top, min(o.share, got))
+    elif o.period_low >= 1:  # the window had room left at its last report
+        o.share = min(1.0, max(o.share * 1.5, o.share + 1 / top))
+
+
+def _tally(o: OriginState, remaining: float, *, throttled: bool, through: bool) -> None:
+    """Count one report into the current window's tally (see :func:`_share`)."""
+    if o.period_top is None:
+        o.period_top = o.period_low = remaining
+    o.period_low = min(o.period_low, remaining)
+    if throttled:
+        o.period_throttled += 1
+    elif through:
+        o.period_ok += 1
 
 
 def _overtaken(o: OriginState, remaining: float, sent_at: float | None, counted: bool) -> bool:

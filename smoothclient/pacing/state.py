@@ -160,6 +160,16 @@ class OriginState:
     early_lead: float | None = None  # how long before its stated reset a window came back
     early_misses: int = 0  # early probes in a row that the window rejected
     early_sent: tuple[float, float] | None = None  # an early probe: when, and the reset then
+    # this client's share of a window's quota (see learning._share): below 1 only when
+    # others spend the same quota, as the processes of a fleet that shares nothing do
+    share: float = 1.0
+    # the current window's tally, for the share: what its first report said was left, the
+    # least any report said since, and this client's requests into it: sent, through, throttled
+    period_top: float | None = None
+    period_low: float = 0.0
+    period_sent: int = 0
+    period_ok: int = 0
+    period_throttled: int = 0
     # route -> the scopes the server named on it (see .scopes): kept here too, so every
     # process sharing this state binds a route by what any of them learned
     routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -299,6 +309,7 @@ def _take(o: OriginState, at: float) -> None:
     """Spend a slot at ``at``: the GCRA's, the ledger's, or the reset probe's."""
     o.pace.take(at)
     o.first_seen = min(o.first_seen, at)
+    o.period_sent += 1
     if o.avail is not None:
         if o.avail < 1 and (o.kind == "window" or not o.pace.interval):
             o.reset_probe = at  # this request probes the reset; the others wait for its answer
@@ -342,7 +353,8 @@ def cohort(o: OriginState, now: float) -> CohortView:
         waiting=o.waiting + 1,
         admitted_rate=o.pace.rate,
         opens_in=max(0.0, o.gate - now),
-        paced=o.pace.rate is not None,
+        # a window's ledger gives each request its own slot too: all it holds, then its reset
+        paced=o.pace.rate is not None or (o.kind == "window" and o.avail is not None),
     )
 
 

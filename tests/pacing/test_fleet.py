@@ -18,7 +18,14 @@ import pytest
 from smoothclient import Hints
 from smoothclient.pacing import learning
 from smoothclient.pacing import state as st
-from smoothclient.tools.limiters import Limiter, Style, TokenBucket, Verdict, run_herd
+from smoothclient.tools.limiters import (
+    FixedWindow,
+    Limiter,
+    Style,
+    TokenBucket,
+    Verdict,
+    run_herd,
+)
 
 #: Nine draws: trio's task order is not seeded (equal deadlines wake in an order of memory
 #: addresses), so a median over five still crossed a bound about once in twenty runs.
@@ -294,3 +301,86 @@ def test_a_throttle_sent_before_the_cut_took_effect_does_not_cut_again() -> None
     learning.observe(o, s, 429, Hints(), 3.932, sent_at=3.93, counted=False)
     assert o.pace.rate is not None
     assert o.pace.rate < 2.0
+
+
+# ---------------------------------------------------------------------- windows: each its share
+
+
+@pytest.mark.parametrize("procs", [3, 6])
+def test_a_fleet_sharing_nothing_takes_its_shares_of_a_fixed_window(procs: int) -> None:
+    """
+    Every process reads the same ``X-RateLimit-Remaining``: each sends only its share of it.
+
+    Each one sending all a window held at its reset earned the fleet five windows' worth of
+    429s a window (1.5 extra 429s a call with six processes, 0.4 with three).
+    """
+    results = [run_herd(FixedWindow(10, 1.0), "x", 20, procs=procs, seed=seed) for seed in SEEDS]
+    assert all(r.failed == 0 for r in results)
+    assert statistics.median(r.extra_429s_per_call for r in results) <= 0.25
+    assert statistics.median(r.ratio for r in results) <= 1.45  # a window late at most
+
+
+def _window_tally(
+    top: float, low: float, ok: int, throttled: int, share: float = 1.0
+) -> st.OriginState:
+    o = st.OriginState(kind="window", limit=10.0, share=share)
+    o.period_top, o.period_low = top, low
+    o.period_sent, o.period_ok, o.period_throttled = ok + throttled, ok, throttled
+    return o
+
+
+def test_a_throttled_window_cuts_the_share_to_the_part_that_got_through() -> None:
+    """A full window (the limit admitted), 2 of ours among them: a share of 0.2."""
+    o = _window_tally(top=10, low=0, ok=2, throttled=8)
+    learning._share(o)
+    assert o.share == pytest.approx(0.2)
+
+
+def test_a_share_never_falls_below_one_request_a_window() -> None:
+    o = _window_tally(top=10, low=0, ok=0, throttled=5)
+    learning._share(o)
+    assert o.share == pytest.approx(0.1)
+
+
+def test_a_window_with_room_left_raises_the_share() -> None:
+    """No throttle, room left: at least half again (others left), and never past all of it."""
+    o = _window_tally(top=10, low=6, ok=2, throttled=0, share=0.2)
+    learning._share(o)
+    assert o.share == pytest.approx(0.3)
+    o = _window_tally(top=10, low=6, ok=4, throttled=0, share=0.9)
+    learning._share(o)
+    assert o.share == 1.0
+
+
+def test_a_window_others_filled_without_a_throttle_keeps_the_share() -> None:
+    o = _window_tally(top=10, low=0, ok=2, throttled=0, share=0.2)
+    learning._share(o)
+    assert o.share == pytest.approx(0.2)
+
+
+def test_a_window_nothing_was_sent_into_says_nothing() -> None:
+    o = _window_tally(top=10, low=0, ok=0, throttled=0, share=0.4)
+    learning._share(o)
+    assert o.share == pytest.approx(0.4)
+
+
+def test_a_client_alone_keeps_all_of_every_window() -> None:
+    """Its 429s are its own first wave: all the window admitted was its own."""
+    o = _window_tally(top=10, low=0, ok=10, throttled=50)
+    learning._share(o)
+    assert o.share == 1.0
+
+
+def test_a_new_window_admits_only_the_share_of_what_is_left() -> None:
+    o = st.OriginState(kind="window", limit=10.0, share=0.25, known=True)
+    o.avail, o.reset_at = 0.0, 1.0
+    learning.observe(
+        o,
+        st.Settings(probe=0),
+        200,
+        Hints(remaining=9, limit=10, reset_after=1.0),
+        1.01,
+        sent_at=1.0,
+        counted=False,
+    )
+    assert o.avail == 2  # a quarter of 9, rounded
