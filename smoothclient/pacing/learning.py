@@ -213,10 +213,11 @@ def _ledger(
     if new_window:
         o.exhausted = None  # a spent quota's period ends with its window
         o.guess_whole = True
-        _share(o)
+        if o.kind == "window":  # a bucket's GCRA mirror paces it between resets
+            _share(o)
         o.period_top = o.period_low = remaining
         o.period_sent = o.period_ok = o.period_throttled = 0
-        if remaining >= 1:
+        if remaining >= 1 and o.kind == "window":
             left = min(
                 left, max(1, math.floor(o.share * remaining + 0.5)) - o.in_flight - o.waiting
             )

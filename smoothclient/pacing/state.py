@@ -20,6 +20,8 @@ quota without a window        the window is guessed: the longest time-to-reset s
                               quota of that size
 quota exhausted + throttled   a bucket's gate closes until the reset (if its mirror
                               expected the request to get through)
+a window's reset              the ledger admits this client's share of what is left (1
+                              alone; learned by AIMD over windows when others spend it too)
 bare 429 / 503 with a delay   the learned rate is cut (multiplicative decrease)
 success after a throttle      the learned rate grows, and is dropped after a quiet spell
 first request to an origin    a probe: concurrent requests wait for its response

@@ -384,3 +384,21 @@ def test_a_new_window_admits_only_the_share_of_what_is_left() -> None:
         counted=False,
     )
     assert o.avail == 2  # a quarter of 9, rounded
+
+
+def test_a_bucket_keeps_all_of_what_is_left() -> None:
+    """A bucket's reset moves on with every answer: no window's tally, its mirror paces it."""
+    o = st.OriginState(kind="bucket", limit=10.0, known=True)
+    o.avail, o.reset_at = 0.0, 1.0
+    o.period_top, o.period_low, o.period_sent, o.period_throttled = 10.0, 0.0, 5, 5
+    learning.observe(
+        o,
+        st.Settings(probe=0),
+        200,
+        Hints(remaining=9, limit=10, reset_after=1.0),
+        1.01,
+        sent_at=1.0,
+        counted=False,
+    )
+    assert o.share == 1.0
+    assert o.avail == 9
