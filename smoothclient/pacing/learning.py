@@ -89,7 +89,7 @@ def observe(
                 o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
         else:
             _weigh(o, status, sent_at, hints, now)
-        _quota(o, hints, now, throttled=throttled, sent_at=sent_at, counted=counted)
+        _quota(o, hints, now, throttled=throttled, sent_at=sent_at, counted=counted, alone=s.shared)
         _tally(o, hints.remaining, throttled=throttled, through=status < 400)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
@@ -128,8 +128,12 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
     A bucket refills continuously, so such a request often gets through before the reset; a
     window refills only at its reset, so it is rejected.  A success that reports far more
     left than a bucket could have refilled since (half the quota or more) met a window that
-    reset before it said it would (one aligned to the clock, say): a window's vote.  Older
-    evidence fades.
+    reset before it said it would (one aligned to the clock, say): a window's vote.  A
+    success is a bucket's vote only once more got through since the window's first report
+    than that report said was left: before, the ledger ran out only because it counts the
+    requests in flight, which the server had already counted in the reports it read (a
+    herd, or a fleet through one store, read a window as a bucket and paced it at half its
+    rate, closed until each stated reset).  Older evidence fades.
 
     A rejection is a window's vote only if a bucket would have admitted it: one at a rate
     the model can trust (a stated window, or one guessed across a reset) that had refilled a
@@ -154,6 +158,8 @@ def _weigh(o: OriginState, status: int, sent_at: float | None, hints: Hints, now
             weight = -1.0
     elif weight < 0 and not _owed(o, hints, sent_at):
         weight = 0.0
+    if weight > 0 and o.period_top is not None and o.period_ok <= o.period_top:
+        weight = 0.0  # no more got through in this window than its first report said it held
     _vote(o, weight)
 
 
@@ -196,6 +202,7 @@ def _ledger(
     reset_after: float | None,
     now: float,
     overtaken: bool,
+    alone: bool = False,
 ) -> None:
     """
     Keep the ledger: what the quota still admits before its reset.
@@ -204,7 +211,9 @@ def _ledger(
     new window began (the reset passed, or moved on): a report that left the server before
     our latest sends would otherwise give back tokens that are gone.  Or by one for an
     ``overtaken`` answer (see :func:`_overtaken`): the report that set the ledger counted
-    its request twice, as spent and as in flight.
+    its request twice, as spent and as in flight.  At a window's reset it admits only this
+    client's share of what is left (:func:`_share`), unless the client is ``alone`` (its
+    state is the whole fleet's).
     """
     left = remaining - o.in_flight - o.waiting
     new_window = o.reset_at is not None and (
@@ -213,11 +222,12 @@ def _ledger(
     if new_window:
         o.exhausted = None  # a spent quota's period ends with its window
         o.guess_whole = True
-        if o.kind == "window":  # a bucket's GCRA mirror paces it between resets
+        sharing = o.kind == "window" and not alone  # a bucket's mirror paces it
+        if sharing:
             _share(o)
         o.period_top = o.period_low = remaining
         o.period_sent = o.period_ok = o.period_throttled = 0
-        if remaining >= 1 and o.kind == "window":
+        if remaining >= 1 and sharing:
             left = min(
                 left, max(1, math.floor(o.share * remaining + 0.5)) - o.in_flight - o.waiting
             )
@@ -249,15 +259,23 @@ def _share(o: OriginState) -> None:
     sends all the window holds at its reset earns the fleet a 429 for every request beyond
     the one window (N - 1 windows' worth in a fleet of N).  So each client sends at a reset
     only its share of what is left (the ledger), and learns that share by AIMD over windows
-    (Chiu and Jain, 1989: the law that converges N senders to fair shares without starving
-    any): a window in which some of its requests were throttled cuts it to the part of the
-    window's admissions that were its own (a measured, multiplicative decrease); a window
-    with no throttle raises it to that part if higher (the others sent less: a client left
-    alone is back to all of it after one window) and by one request more (the additive
-    increase), if the window had room left at the last report seen (a window the others
-    filled without a throttle holds no more for anyone).  Alone, or sharing its state with
-    the whole fleet (a shared store), a client sees no admissions but its own: its share
-    stays 1.  A window it sent nothing into says nothing.
+    (Chiu and Jain, 1989: additive increase with multiplicative decrease, the law that
+    moves N senders toward fair shares): a window in which some of its requests were
+    throttled cuts it to the part of the window's admissions that were its own (a measured
+    decrease).  A window with no throttle that had room left at the last report seen
+    raises it to its part of what the window admitted, so that each takes its part of the
+    room (a client left alone is back to all of it within a window or two), by one request
+    at least (the additive increase) and at most doubled (its answers may have come back
+    before the others' requests were counted); a window the others filled without a
+    throttle holds no more for anyone.  Alone, a client sees no admissions but its own: its
+    share stays 1.  A window it sent nothing into says nothing.  A limit: a client whose
+    requests took a whole window measures all of it as its own and does not yield; the
+    others get their part as its demand ends (a fleet's calls still finish together, the
+    windows full).
+
+    A state the whole fleet shares (:attr:`~.state.Settings.shared`) has no share to learn:
+    its tally would count the fleet's requests, less any update a race or an outage lost,
+    and read those as others' (a fleet through Redis sent half of what its windows held).
     """
     top = o.period_top
     sent = max(o.period_sent, o.period_ok + o.period_throttled)
@@ -271,7 +289,7 @@ def _share(o: OriginState) -> None:
     if o.period_throttled:
         o.share = max(1 / top, min(o.share, got))
     elif o.period_low >= 1:  # the window had room left at its last report
-        o.share = min(1.0, max(o.share * 1.5, o.share + 1 / top))
+        o.share = min(1.0, 2 * o.share, max(got, o.share + 1 / top))
 
 
 def _tally(o: OriginState, remaining: float, *, throttled: bool, through: bool) -> None:
@@ -325,6 +343,7 @@ def _quota(
     throttled: bool,
     sent_at: float | None,
     counted: bool = True,
+    alone: bool = False,
 ) -> None:
     """
     Mirror the server's quota: rate, burst and the tokens it says are left.
@@ -340,7 +359,7 @@ def _quota(
     available = hints.remaining - o.in_flight
     owed = throttled and _owed(o, hints, sent_at)  # before the ledger moves the spent period
     overtaken = _overtaken(o, hints.remaining, sent_at, counted)
-    _ledger(o, hints.remaining, hints.reset_after, now, overtaken)
+    _ledger(o, hints.remaining, hints.reset_after, now, overtaken, alone)
     if hints.reset_after is not None:
         o.reset_at = now + hints.reset_after
     limit, window = hints.limit, hints.window

@@ -536,9 +536,10 @@ class RedisStore:
         self.link = Link(client, timeout, loops=loops)
         self.fallback = MemoryStore(settings, max_keys=max_keys, max_scoped=max_scoped)
         me = uuid.uuid4().hex[:12]
+        fleet = dataclasses.replace(settings, shared=True)  # the fallback's is this process's
         self._map: LruMap[str, RedisTracker] = LruMap(
             max_keys + max_scoped,
-            lambda key: RedisTracker(key, settings, self.link, self.fallback.tracker(key), me),
+            lambda key: RedisTracker(key, fleet, self.link, self.fallback.tracker(key), me),
         )
         self.peek: Callable[[str], RedisTracker | None] = self._map.peek
 

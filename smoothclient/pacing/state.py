@@ -78,6 +78,7 @@ class Settings:
     learned_floor: float = 0.5
     quiet: float = 30.0
     max_gate: float = 300.0  # no hint closes an origin (or spaces its slots) longer than this
+    shared: bool = False  # the state is the whole fleet's (a shared store): nobody else's
 
 
 @dataclass(frozen=True, slots=True)

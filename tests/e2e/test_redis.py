@@ -57,6 +57,16 @@ def test_a_gate_closes_the_origin_for_the_whole_fleet(server: RedisServer) -> No
     assert admission.delay > 1.5
 
 
+def test_the_fleet_shares_its_state_and_the_fallback_is_this_process(
+    server: RedisServer,
+) -> None:
+    (a,) = fleet(server, 1)
+    tracker = a._store.tracker(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    assert tracker.settings.shared
+    assert not tracker.fallback.settings.shared
+
+
 def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> None:
     """Three processes, four threads each, one paced origin: every slot distinct."""
     pacers = fleet(server, 3)

@@ -343,10 +343,18 @@ def test_a_share_never_falls_below_one_request_a_window() -> None:
 
 
 def test_a_window_with_room_left_raises_the_share() -> None:
-    """No throttle, room left: at least half again (others left), and never past all of it."""
-    o = _window_tally(top=10, low=6, ok=2, throttled=0, share=0.2)
+    """
+    No throttle, room left: to its part of what the window admitted, so the room is filled.
+
+    At most doubled (its answers may have come before the others' requests counted), one
+    request more at least, and never past all of it.
+    """
+    o = _window_tally(top=10, low=7, ok=2, throttled=0, share=0.2)
     learning._share(o)
-    assert o.share == pytest.approx(0.3)
+    assert o.share == pytest.approx(0.4)  # 2 of the 3 it saw admitted: 2/3, doubled at most
+    o = _window_tally(top=10, low=2, ok=2, throttled=0, share=0.2)
+    learning._share(o)
+    assert o.share == pytest.approx(0.3)  # 2 of 8: 0.25, one request more at least
     o = _window_tally(top=10, low=6, ok=4, throttled=0, share=0.9)
     learning._share(o)
     assert o.share == 1.0
@@ -394,6 +402,23 @@ def test_a_bucket_keeps_all_of_what_is_left() -> None:
     learning.observe(
         o,
         st.Settings(probe=0),
+        200,
+        Hints(remaining=9, limit=10, reset_after=1.0),
+        1.01,
+        sent_at=1.0,
+        counted=False,
+    )
+    assert o.share == 1.0
+    assert o.avail == 9
+
+
+def test_a_state_the_whole_fleet_shares_keeps_all_of_every_window() -> None:
+    """Through one store the tally is the fleet's (less lost updates): no share to learn."""
+    o = _window_tally(top=10, low=0, ok=2, throttled=8)
+    o.known, o.avail, o.reset_at = True, 0.0, 1.0
+    learning.observe(
+        o,
+        st.Settings(probe=0, shared=True),
         200,
         Hints(remaining=9, limit=10, reset_after=1.0),
         1.01,

@@ -196,6 +196,37 @@ def test_a_success_with_most_of_the_quota_left_votes_window() -> None:
     assert p.evidence > 0
 
 
+def test_a_herd_into_a_window_it_read_as_spent_too_soon_is_no_bucket() -> None:
+    """
+    The ledger ran out counting requests in flight the server had already counted.
+
+    Their successes went "into the spent quota", but no more got through than the window's
+    first report said it held: no bucket's vote (a herd, or a fleet through one store, read a
+    window as a bucket and paced it at half its rate).  One more than it held is.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    reports = [(9, 0.0)] + [(left, 0.05) for left in range(8, -1, -1)]
+    for i, (left, sent_at) in enumerate(reports):
+        o.in_flight = 9 - i  # the rest of the herd, still in flight
+        o.exhausted = (0.01, 2.0) if i else None  # the ledger: spent by the herd in flight
+        learning.observe(
+            o,
+            s,
+            200,
+            Hints(remaining=left, limit=10, reset_after=1.9),
+            0.06,
+            sent_at=sent_at,
+            counted=True,
+        )
+    assert o.evidence <= 0  # those with most of it left were a window's votes
+    assert o.kind != "bucket"
+    o.exhausted, o.evidence = (0.01, 2.0), 0.0
+    learning.observe(
+        o, s, 200, Hints(remaining=0, limit=10, reset_after=1.8), 0.2, sent_at=0.15, counted=False
+    )
+    assert o.evidence > 0
+
+
 def test_requests_sent_right_after_exhaustion_are_no_evidence() -> None:
     """Within SKEW of the exhaustion another process's clock may have told the other story."""
     o, s = _spent_state()
