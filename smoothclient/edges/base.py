@@ -11,7 +11,6 @@ is a module beside ``httpx_transport`` and ``requests_adapter`` built on :class:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,9 +23,9 @@ from ..hints import FieldAccess
 from ..hints.numbers import declared_length
 from ..pacing.pacer import Pacer, PacerLike
 from ..pacing.scopes import ScopeFn
-from ..pacing.store import Steps, Tracker
+from ..pacing.store import Steps, Tracker, in_thread, on_asyncio
 from ..policy import DEFAULT_POLICY, POLICY_FIELDS, RetryPolicy, overrides, with_fields
-from .flow import CallFlow, Failure, Finished, Offload, Reply, drive, drive_async, in_thread
+from .flow import CallFlow, Failure, Finished, Offload, Reply, drive, drive_async
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async, left_of
 
 __all__ = [
@@ -255,7 +254,7 @@ class EdgeCore:
         """Async twin of :meth:`call`."""
         started, deadline = self._started()
         offload = self.offload
-        on_loop = offload is not None and _on_asyncio()
+        on_loop = offload is not None and on_asyncio()
         if on_loop:
             offload = None  # the steps run here; their round trips are awaited on this loop
         try:
@@ -316,15 +315,6 @@ class EdgeCore:
         hook = self.policy.on_give_up
         if hook is not None:
             hook(CallEnded(origin, record, exception=error))
-
-
-def _on_asyncio() -> bool:
-    """Whether this runs on an asyncio loop (``redis.asyncio`` runs there, not on trio)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _binder(

@@ -388,13 +388,6 @@ def drive(
 Offload = Callable[[Callable[[], Any]], Awaitable[Any]]
 
 
-async def in_thread(fn: Callable[[], Any]) -> Any:
-    """``fn()`` in a worker thread, so a shared store's round trips never block the loop."""
-    import anyio.to_thread  # only with a shared store, off asyncio
-
-    return await anyio.to_thread.run_sync(fn)
-
-
 def _boxed_here(gen: Generator[Action, Any, Any], fn: Callable[[], Action]) -> tuple[bool, Any]:
     """:func:`~smoothclient.pacing.store.boxed`, the store's round trips taken here (a thread)."""
 
@@ -425,8 +418,9 @@ async def drive_async(
     The flow's own steps (its pacer calls) run right here, in the event loop, and the round
     trips of a shared store's steps are awaited on it (``redis.asyncio``: the loop never
     blocks; a failed or slow trip is thrown into the step, which falls back).  ``offload``:
-    where the flow's steps run instead, round trips and all, e.g. :func:`in_thread` for a
-    shared store on trio (``redis.asyncio`` runs on asyncio only).
+    where the flow's steps run instead, round trips and all, e.g.
+    :func:`~smoothclient.pacing.store.in_thread` for a shared store on trio
+    (``redis.asyncio`` runs on asyncio only).
     """
     gen = flow.run()
 

@@ -18,6 +18,7 @@ tracker one (a store with no I/O answers at once, yielding nothing).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 from collections.abc import Callable, Generator
@@ -44,6 +45,8 @@ __all__ = [
     "answer_async",
     "boxed",
     "done",
+    "in_thread",
+    "on_asyncio",
     "run",
     "run_async",
     "stepwise",
@@ -146,6 +149,31 @@ async def run_async(steps: Steps[T]) -> T:
         return result
     finally:
         steps.close()  # cancelled mid-trip: the step's own cleanup runs (GeneratorExit)
+
+
+def on_asyncio() -> bool:
+    """Whether this runs on an asyncio loop (``redis.asyncio`` runs there, not on trio)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    """
+    ``fn()`` in a worker thread: a shared store's round trips, off an event loop they would block.
+
+    Where :func:`run_async` cannot take them (trio: ``redis.asyncio`` runs on asyncio only).
+    """
+    try:
+        import anyio.to_thread  # httpx brings it
+    except ImportError:  # pragma: no cover - trio without httpx
+        import trio
+
+        result: T = await trio.to_thread.run_sync(fn)
+        return result
+    return await anyio.to_thread.run_sync(fn)
 
 
 @runtime_checkable

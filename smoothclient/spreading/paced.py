@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import threading
@@ -16,7 +17,7 @@ from ..errors import RateLimited
 from ..pacing.gcra import Gcra
 from ..pacing.keys import LruMap
 from ..pacing.state import OriginState
-from ..pacing.store import Tracker
+from ..pacing.store import Tracker, in_thread, on_asyncio, run_async, stepwise
 from ._aio import async_sleep
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,6 +54,10 @@ class _Bucket:
         with self.lock:
             return _refused(_reserve(self.gcra, now, block))
 
+    async def reserve_async(self, now: float, *, block: bool) -> float:
+        """:meth:`reserve` (no I/O: at once)."""
+        return self.reserve(now, block=block)
+
 
 class _SharedBucket:
     """A GCRA token bucket in a shared store (the pacer's Redis): one for the whole fleet."""
@@ -62,8 +67,8 @@ class _SharedBucket:
     def __init__(self, tracker: Tracker, rate: float, burst: float) -> None:
         self.tracker, self.rate, self.burst = tracker, rate, burst
 
-    def reserve(self, now: float, *, block: bool) -> float:
-        """Seconds until the caller may go; reserves the slot (unless refusing)."""
+    def _step(self, now: float, block: bool) -> Callable[[OriginState], float]:
+        """The reservation, as one atomic step on the bucket's state."""
         rate, burst = self.rate, self.burst
         interval = 1.0 / rate  # compared as Gcra keeps it (a rate need not survive 1/(1/rate))
 
@@ -72,7 +77,18 @@ class _SharedBucket:
                 state.pace = Gcra(rate, burst)  # first use, or the decorator's numbers changed
             return _reserve(state.pace, now, block)
 
-        return _refused(self.tracker.update(step))
+        return step
+
+    def reserve(self, now: float, *, block: bool) -> float:
+        """Seconds until the caller may go; reserves the slot (unless refusing)."""
+        return _refused(self.tracker.update(self._step(now, block)))
+
+    async def reserve_async(self, now: float, *, block: bool) -> float:
+        """:meth:`reserve` that never blocks the event loop on the store's round trips."""
+        step = self._step(now, block)
+        if on_asyncio():  # awaited on the loop's redis.asyncio client
+            return _refused(await run_async(stepwise(self.tracker).update(step)))
+        return _refused(await in_thread(functools.partial(self.tracker.update, step)))
 
 
 def paced(
@@ -134,7 +150,7 @@ def paced(
             lambda k: (
                 _Bucket(per_second, burst)
                 if store is None
-                else _SharedBucket(store._track(f"paced:{shared_name}:{k!r}"), per_second, burst)
+                else _SharedBucket(store._track(_key(shared_name, k)), per_second, burst)
             ),
         )
 
@@ -163,7 +179,7 @@ def _wrap(
 
         @wrapt.decorator
         async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            wait = bucket_for(args, kwargs).reserve(clock(), block=block)
+            wait = await bucket_for(args, kwargs).reserve_async(clock(), block=block)
             if wait > 0:
                 await (sleep or async_sleep)(wait)
             return await wrapped(*args, **kwargs)

@@ -282,6 +282,45 @@ def test_paced_is_one_bucket_for_the_fleet(server: RedisServer) -> None:
             refusing()
 
 
+@pytest.mark.parametrize("runner", ["asyncio", "trio"])
+def test_async_paced_takes_redis_steps_off_the_loop(
+    slow_proxy: SlowProxy, monkeypatch: pytest.MonkeyPatch, runner: str
+) -> None:
+    """
+    ``@paced`` on a coroutine function: its token is taken the async way.
+
+    On asyncio each round trip is awaited on the loop's ``redis.asyncio`` client; on trio
+    the step runs in a worker thread: never with the sync client in the loop's own thread
+    (each reservation blocked the loop for its round trips).
+    """
+    import anyio
+
+    slow_proxy.delay = 0.01
+    calls: list[float] = []
+
+    async def work() -> None:
+        calls.append(time.monotonic())
+
+    decorated = paced(50, burst=2, storage=slow_proxy.url, name=f"loop.{runner}")(work)
+    steps = StepThreads(monkeypatch)
+    loop_thread: list[int] = []
+
+    async def main() -> None:
+        loop_thread.append(threading.get_ident())
+        for _ in range(4):
+            await decorated()
+
+    anyio.run(main, backend=runner)
+    assert len(calls) == 4
+    if runner == "asyncio":
+        assert steps.on_loop >= 4
+        assert steps.sync == []
+    else:
+        assert steps.sync
+        assert loop_thread[0] not in steps.sync
+        assert steps.on_loop == 0
+
+
 def test_a_route_one_process_learned_binds_the_others(server: RedisServer) -> None:
     """A learns that GET /search/{} is in scope 'search'; B binds its next search by it."""
     a, b = fleet(server)
