@@ -28,7 +28,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from .store import Trip
+from .store import Trip, on_asyncio
 
 __all__ = ["CLOCK_READINGS", "TIMEOUT", "Link", "LoopClients", "connect"]
 
@@ -235,7 +235,13 @@ class Link:
         rng: random.Random | None = None,
         loops: LoopClients | None = None,
     ):
-        """Register the scripts and set the clock against the server's ``TIME``."""
+        """
+        Register the scripts and set the clock against the server's ``TIME``.
+
+        Made on an event loop's thread, it asks nothing: the sync client would block the loop
+        for the readings.  The wall clock stands in until the first step's read, whose
+        ``TIME`` reading sets it (:meth:`tick`).
+        """
         self.client = client
         self.loops = loops or LoopClients(functools.partial(_async_like, client, timeout))
         self.timeout = timeout
@@ -249,8 +255,9 @@ class Link:
         self.offset = time.time() - time.monotonic()  # the wall clock, until Redis says
         self._adjusted = time.monotonic()
         self._stepped = False
-        with contextlib.suppress(_Down):  # if so, the wall clock stands in until Redis answers
-            self._step_clock()
+        if not on_asyncio():
+            with contextlib.suppress(_Down):  # if so, the wall clock stands in until Redis answers
+                self._step_clock()
 
     def _step_clock(self) -> None:
         """

@@ -32,7 +32,7 @@ from smoothclient.hints import Hints, Quota
 from smoothclient.pacing import redis_store
 from smoothclient.pacing.redis_store import RedisTracker, redis_key
 from smoothclient.pacing.scopes import Bound
-from smoothclient.pacing.store import run_async
+from smoothclient.pacing.store import run_async, stepwise
 from smoothclient.tools.redis_server import RedisServer
 from smoothclient.tools.server import LimitedServer
 
@@ -129,6 +129,37 @@ def test_the_fleet_clock_is_the_servers(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
     seconds, micros = redis.Redis.from_url(server.url).time()
     assert pacer.clock() == pytest.approx(seconds + micros / 1e6, abs=0.05)
+
+
+def test_a_pacer_made_on_an_event_loop_reads_the_fleet_clock_without_blocking_it(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No sync ``TIME`` on the loop's thread: its first step's read sets the clock."""
+    import asyncio
+
+    readings: list[int] = []
+    time_of = redis.Redis.time
+
+    def recorded(client: redis.Redis) -> Any:
+        readings.append(threading.get_ident())
+        return time_of(client)
+
+    monkeypatch.setattr(redis.Redis, "time", recorded)
+
+    async def main() -> tuple[Pacer, bool]:
+        pacer = Pacer(storage=server.url, probe=0)
+        link = pacer._track(ORIGIN).link  # type: ignore[attr-defined]
+        before = link._stepped
+        await run_async(stepwise(pacer._track(ORIGIN)).cohort(pacer.clock()))
+        return pacer, before
+
+    pacer, stepped_before = asyncio.run(main())
+    assert readings == []
+    assert not stepped_before
+    seconds, micros = time_of(redis.Redis.from_url(server.url))
+    assert pacer.clock() == pytest.approx(seconds + micros / 1e6, abs=0.05)
+    Pacer(storage=server.url, probe=0)  # off a loop: read at once
+    assert readings
 
 
 class SlowReturns:
