@@ -652,7 +652,8 @@ def test_one_pacer_on_several_loops_gets_a_client_per_loop(
     import asyncio
     import gc
 
-    (pacer,) = fleet(server, 1)
+    # a loose bound: each loop's first trip connects a new client (slow on a loaded machine)
+    (pacer,) = fleet(server, 1, storage_timeout=2.0)
     tracker = pacer._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
 
