@@ -379,18 +379,26 @@ def test_a_client_alone_keeps_all_of_every_window() -> None:
     assert o.share == 1.0
 
 
-def test_a_new_window_admits_only_the_share_of_what_is_left() -> None:
-    o = st.OriginState(kind="window", limit=10.0, share=0.25, known=True)
-    o.avail, o.reset_at = 0.0, 1.0
+_ALONE = st.Settings(probe=0)
+
+
+def _first_report_after_the_reset(o: st.OriginState, settings: st.Settings = _ALONE) -> None:
+    """The window reset at 1.0: the first answer after it says 9 of 10 are left."""
     learning.observe(
         o,
-        st.Settings(probe=0),
+        settings,
         200,
         Hints(remaining=9, limit=10, reset_after=1.0),
         1.01,
         sent_at=1.0,
         counted=False,
     )
+
+
+def test_a_new_window_admits_only_the_share_of_what_is_left() -> None:
+    o = st.OriginState(kind="window", limit=10.0, share=0.25, known=True)
+    o.avail, o.reset_at = 0.0, 1.0
+    _first_report_after_the_reset(o)
     assert o.avail == 2  # a quarter of 9, rounded
 
 
@@ -399,15 +407,7 @@ def test_a_bucket_keeps_all_of_what_is_left() -> None:
     o = st.OriginState(kind="bucket", limit=10.0, known=True)
     o.avail, o.reset_at = 0.0, 1.0
     o.period_top, o.period_low, o.period_sent, o.period_throttled = 10.0, 0.0, 5, 5
-    learning.observe(
-        o,
-        st.Settings(probe=0),
-        200,
-        Hints(remaining=9, limit=10, reset_after=1.0),
-        1.01,
-        sent_at=1.0,
-        counted=False,
-    )
+    _first_report_after_the_reset(o)
     assert o.share == 1.0
     assert o.avail == 9
 
@@ -416,14 +416,6 @@ def test_a_state_the_whole_fleet_shares_keeps_all_of_every_window() -> None:
     """Through one store the tally is the fleet's (less lost updates): no share to learn."""
     o = _window_tally(top=10, low=0, ok=2, throttled=8)
     o.known, o.avail, o.reset_at = True, 0.0, 1.0
-    learning.observe(
-        o,
-        st.Settings(probe=0, shared=True),
-        200,
-        Hints(remaining=9, limit=10, reset_after=1.0),
-        1.01,
-        sent_at=1.0,
-        counted=False,
-    )
+    _first_report_after_the_reset(o, st.Settings(probe=0, shared=True))
     assert o.share == 1.0
     assert o.avail == 9
