@@ -438,9 +438,11 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
 
     A fleet's first wave is where its 429s come from: N processes, each with its whole herd,
     into one bucket.  A process whose answers were all throttles (:data:`YOUNG_EVIDENCE` of
-    them) has measured an admitted rate under one per :data:`EPOCH`: it is paced from half a
-    request per second (or the floor) and slow-starts from there, rather than left to
-    jittered backoff, which sends its herd back in waves until one request gets through.
+    them) has measured an admitted rate under one per :data:`EPOCH`: it is paced at that
+    bound (or the floor) and slow-starts from there, rather than left to jittered backoff,
+    which sends its herd back in waves until one request gets through.  (From half of it, the
+    processes that lost the first wave of a fleet of three sent nothing for two seconds while
+    the winner was done in one, and finished at 1.5x the ideal.)
 
     A cut takes effect only after the slot it found owed, at the old spacing (an interval of
     the rate its episode of cuts began at): a throttle of the request sent in that slot says
@@ -488,7 +490,8 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     before = pace.rate
     # over a whole EPOCH even on a young origin: what a first burst got through is no rate
     # (counted over less time, a burst of 5 read as 20 req/s and earned a storm of 429s)
-    rate = max(s.learned_floor, delivered / EPOCH if delivered else (before or 1.0) * 0.5)
+    nothing = before * 0.5 if before else 1 / EPOCH  # none delivered: under one an EPOCH
+    rate = max(s.learned_floor, delivered / EPOCH if delivered else nothing)
     if before is not None and o.learned:
         rate = min(rate, before)
     # a measured admitted rate is the slow start's ceiling; none got through (a fleet's

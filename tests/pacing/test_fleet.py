@@ -83,32 +83,44 @@ def test_a_fleet_whose_first_process_took_the_whole_burst_drains_near_the_ideal(
 
 
 def _at_the_floor() -> tuple[st.OriginState, st.Settings]:
-    """A process whose first wave was all throttled: paced at the floor."""
+    """A process whose first wave was all throttled: paced at one request an EPOCH."""
     o, s = st.OriginState(), st.Settings(probe=0)
     o.first_seen = 0.0
     for _ in range(learning.YOUNG_EVIDENCE):
         learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
-    assert o.pace.rate == s.learned_floor
+    assert o.pace.rate == 1 / learning.EPOCH
     return o, s
 
 
-def test_a_raised_rate_moves_the_slot_already_owed() -> None:
-    """At half a request a second, a success that doubles the rate halves the wait for the next."""
+def test_a_process_that_lost_the_first_wave_probes_within_an_epoch() -> None:
+    """It measured under one request an EPOCH got through: its next slot is an EPOCH on."""
     o, s = _at_the_floor()
-    assert st.acquire(o, s, 2.0, 2.0, None).delay == 0.0  # the next one goes at 2.0 ...
+    assert st.acquire(o, s, 0.01, 0.01, None).delay == 0.0
+    assert o.pace.earliest(0.02) == pytest.approx(0.01 + learning.EPOCH)
+    p, q = st.OriginState(), st.Settings(probe=0, learned_floor=2.0)
+    p.first_seen = 0.0
+    for _ in range(learning.YOUNG_EVIDENCE):
+        learning.observe(p, q, 429, Hints(), 0.01, sent_at=0.0, counted=False)
+    assert p.pace.rate == 2.0  # never below the floor
+
+
+def test_a_raised_rate_moves_the_slot_already_owed() -> None:
+    """At a request a second, a success that raises the rate shortens the wait for the next."""
+    o, s = _at_the_floor()
+    assert st.acquire(o, s, 1.0, 1.0, None).delay == 0.0  # the next one goes at 1.0 ...
     o.waiting -= 1
-    learning.observe(o, s, 200, Hints(), 2.002, sent_at=2.0, counted=False)
-    assert o.pace.rate == pytest.approx(s.learned_floor + 0.5)  # ... gets through: doubled
-    assert o.pace.earliest(2.002) == pytest.approx(3.0, abs=0.01)  # not 4.0
+    learning.observe(o, s, 200, Hints(), 1.002, sent_at=1.0, counted=False)
+    assert o.pace.rate == pytest.approx(1.5)  # ... gets through: raised by half a request
+    assert o.pace.earliest(1.002) == pytest.approx(1.0 + 1 / 1.5, abs=0.01)  # not 2.0
 
 
 def test_a_request_far_from_its_slot_in_a_slow_start_asks_again_halfway() -> None:
     """A rate raised while it waits applies to it within half its wait, not after all of it."""
     o, s = _at_the_floor()
-    st.acquire(o, s, 0.01, 0.01, None)  # the slot at once; the next is 2 s on
+    st.acquire(o, s, 0.01, 0.01, None)  # the slot at once; the next is 1 s on
     answer = st.acquire(o, s, 0.02, 0.02, None)
     assert not answer.final
-    assert answer.delay <= 1.0
+    assert answer.delay <= 0.5
     # a gate stated by the server does not move: asked for again just before it opens
     o.gate = 5.0
     assert st.acquire(o, s, 0.02, 0.02, None).delay == pytest.approx(5.0 - 0.02 - st.HORIZON / 2)
@@ -194,16 +206,17 @@ def test_a_cut_into_a_limiter_the_others_keep_full_is_not_undone_as_noise() -> N
     o.first_seen = 0.0
     for _ in range(learning.YOUNG_EVIDENCE):  # a herd's first wave: all rejected
         learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
-    assert o.pace.rate == s.learned_floor  # paced, not left to backoff
+    paced = o.pace.rate
+    assert paced == 1 / learning.EPOCH  # paced, not left to backoff
     for _ in range(learning.YOUNG_EVIDENCE):  # the rest of the wave, answered after the cut
         learning.observe(o, s, 429, Hints(), 0.02, sent_at=0.0, counted=False)
     now = 0.02
     while now < 3.0:  # its retries, at its rate, still mostly rejected
-        now += 1.0 / s.learned_floor
+        now += 1.0 / paced
         status = 200 if int(now) % 3 == 0 else 429
         learning.observe(o, s, status, Hints(), now, sent_at=now - 0.01, counted=False)
         assert o.pace.rate is not None
-        assert o.pace.rate <= 2 * s.learned_floor
+        assert o.pace.rate <= 2 * paced
 
 
 def test_a_cut_that_measured_nothing_sets_no_ceiling() -> None:
@@ -288,7 +301,7 @@ def test_a_throttle_sent_before_the_cut_took_effect_does_not_cut_again() -> None
     in a third of a second, then crawled alone once the others were done.
     """
     o, s = _at_the_floor()
-    for now in (1.0, 1.5, 2.0, 2.4, 2.7):  # slow start from the floor to 3 req/s
+    for now in (1.0, 1.6, 2.2, 2.7):  # slow start from 1 to 3 req/s
         learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.002, counted=False)
     assert o.pace.rate == pytest.approx(3.0)
     learning.observe(o, s, 429, Hints(), 3.1, sent_at=3.098, counted=False)
