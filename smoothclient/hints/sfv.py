@@ -179,15 +179,132 @@ class _Parser:
 
 
 def parse_list(text: str) -> list[Item]:
-    """Parse an sf-list; raise :class:`SFVError` when it is malformed."""
-    return list(_parse_list_cached(text))
+    """
+    Parse an sf-list; raise :class:`SFVError` when it is malformed.
+
+    A server sends the same list every time but for its numbers (``r=`` counting down), so
+    a list is parsed once per shape (the text with its digits taken out): later lists of that
+    shape take their integers from the digits (see :class:`_Shape`).
+    """
+    parts = _DIGITS.split(text)
+    skeleton = "0".join(parts[0::2])  # runs are apart but where one is over 15 digits: "00"
+    shape = _SHAPES[skeleton] if skeleton in _SHAPES else _shape(skeleton, text)
+    if shape is None:
+        return list(_parse_list_cached(text))
+    return shape.fill(parts[1::2])
 
 
-@functools.lru_cache(maxsize=512)
-def _parse_list_cached(text: str) -> tuple[Item, ...]:
-    """Servers repeat the same field values (a policy never changes): parse each once."""
+#: Runs of digits, each at most as long as an sf-integer (RFC 9651 section 3.3.1): a longer
+#: one splits in two with nothing between, which no list of that shape has.  ``split`` keeps
+#: the runs: text, run, text, ...
+_DIGITS = re.compile(r"([0-9]{1,15})")
+_SIGNED = re.compile(r"(-?)([0-9]+)")
+
+
+class _Slot(int):
+    """Where a shape's integer goes: the index of its digit run (its sign kept beside it)."""
+
+    __slots__ = ()
+
+
+class _Shape:
+    """
+    A list's parse with each integer replaced by the index of the digit run it came from.
+
+    Every character class of RFC 9651 that holds one digit holds all ten, so two lists whose
+    texts differ only in their digits (each run no longer than an integer may be) parse into
+    the same structure: the same items, parameters and kinds.  Only the values read from
+    digits differ, and a shape is made only of a list whose every digit run is a whole integer
+    (no digits in a string, token, key, byte sequence, decimal or boolean): it refills those.
+    """
+
+    __slots__ = ("items",)
+
+    def __init__(
+        self, items: tuple[tuple[BareItem, int, tuple[tuple[str, BareItem, int], ...]], ...]
+    ) -> None:
+        """Per item: its value (or a slot), the value's sign, and its parameters likewise."""
+        self.items = items
+
+    def fill(self, runs: list[str]) -> list[Item]:
+        """The items of the list whose digit runs are ``runs``."""
+        numbers = [int(run) for run in runs]
+        out: list[Item] = []
+        for value, sign, params in self.items:
+            filled = {
+                key: sign_ * numbers[v] if type(v) is _Slot else v for key, v, sign_ in params
+            }
+            out.append(Item(sign * numbers[value] if type(value) is _Slot else value, filled))
+        return out
+
+
+#: skeleton -> its shape; at most MAX_SHAPES (all forgotten at once when full: a server
+#: sends a few shapes, and clearing is atomic where threads share the table)
+_SHAPES: dict[str, _Shape | None] = {}
+MAX_SHAPES = 512
+
+
+def _shape(skeleton: str, text: str) -> _Shape | None:
+    """
+    The :class:`_Shape` of lists whose text, digits taken out, is ``skeleton`` (``text`` is one).
+
+    ``None``: ``text`` is malformed, or holds digits that are not integers; such a list is
+    parsed whole each time (its text cached).  Remembered in :data:`_SHAPES`.
+    """
+    if len(_SHAPES) >= MAX_SHAPES:
+        _SHAPES.clear()
+    shape = _SHAPES[skeleton] = _shaped(text)
+    return shape
+
+
+def _shaped(text: str) -> _Shape | None:
+    """The shape of ``text``'s list, if it has one (see :func:`_shape`)."""
+    try:
+        items = _parse_list_cached(text)
+    except SFVError:
+        return None
+    runs = [(-1 if sign else 1, int(digits)) for sign, digits in _SIGNED.findall(text)]
+    slots = iter(range(len(runs)))
+
+    def slot(value: BareItem) -> tuple[BareItem, int]:
+        if type(value) is not int:
+            return value, 1
+        index = next(slots, None)
+        if index is None or value != runs[index][0] * runs[index][1]:
+            raise _NotAShape
+        return _Slot(index), runs[index][0]  # the sign from the text: "-0" is 0
+
+    try:
+        shaped: list[tuple[BareItem, int, tuple[tuple[str, BareItem, int], ...]]] = []
+        for item in items:
+            if isinstance(item.value, tuple | Decimal | bytes):
+                return None  # an inner list, or digits that are no integer's
+            value, sign = slot(item.value)
+            params: list[tuple[str, BareItem, int]] = []
+            for key, param in item.params.items():
+                if isinstance(param, Decimal | bytes):
+                    return None
+                params.append((key, *slot(param)))
+            shaped.append((value, sign, tuple(params)))
+    except _NotAShape:
+        return None
+    if next(slots, None) is not None:
+        return None  # digits left over: in a string, token, key or boolean
+    return _Shape(tuple(shaped))
+
+
+class _NotAShape(Exception):
+    """An integer that is not the next digit run."""
+
+
+def _parse_whole(text: str) -> tuple[Item, ...]:
+    """A list parsed character by character."""
     p = _Parser(text)
     return tuple(p.members(p.item_or_inner_list))
+
+
+#: A list that has no shape may still repeat (a policy never changes): parsed once.
+_parse_list_cached = functools.lru_cache(maxsize=512)(_parse_whole)
 
 
 def parse_dictionary(text: str) -> dict[str, Item]:
