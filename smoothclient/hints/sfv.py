@@ -188,7 +188,7 @@ def parse_list(text: str) -> list[Item]:
     """
     parts = _DIGITS.split(text)
     skeleton = "0".join(parts[0::2])  # runs are apart but where one is over 15 digits: "00"
-    shape = _SHAPES[skeleton] if skeleton in _SHAPES else _shape(skeleton, text)
+    shape = _SHAPES[skeleton] if skeleton in _SHAPES else _shape(skeleton, text, parts)
     if shape is None:
         return list(_parse_list_cached(text))
     return shape.fill(parts[1::2])
@@ -198,7 +198,6 @@ def parse_list(text: str) -> list[Item]:
 #: one splits in two with nothing between, which no list of that shape has.  ``split`` keeps
 #: the runs: text, run, text, ...
 _DIGITS = re.compile(r"([0-9]{1,15})")
-_SIGNED = re.compile(r"(-?)([0-9]+)")
 
 
 class _Slot(int):
@@ -244,26 +243,31 @@ _SHAPES: dict[str, _Shape | None] = {}
 MAX_SHAPES = 512
 
 
-def _shape(skeleton: str, text: str) -> _Shape | None:
+def _shape(skeleton: str, text: str, parts: list[str]) -> _Shape | None:
     """
-    The :class:`_Shape` of lists whose text, digits taken out, is ``skeleton`` (``text`` is one).
+    The :class:`_Shape` of lists whose text, digits taken out, is ``skeleton``.
 
-    ``None``: ``text`` is malformed, or holds digits that are not integers; such a list is
-    parsed whole each time (its text cached).  Remembered in :data:`_SHAPES`.
+    ``text`` is one such list, ``parts`` its split at :data:`_DIGITS`.  ``None``: ``text``
+    is malformed, or holds digits that are not integers; such a list is parsed whole each
+    time (its text cached).  Remembered in :data:`_SHAPES`.
     """
     if len(_SHAPES) >= MAX_SHAPES:
         _SHAPES.clear()
-    shape = _SHAPES[skeleton] = _shaped(text)
+    shape = _SHAPES[skeleton] = _shaped(text, parts)
     return shape
 
 
-def _shaped(text: str) -> _Shape | None:
+def _shaped(text: str, parts: list[str]) -> _Shape | None:
     """The shape of ``text``'s list, if it has one (see :func:`_shape`)."""
     try:
         items = _parse_list_cached(text)
     except SFVError:
         return None
-    runs = [(-1 if sign else 1, int(digits)) for sign, digits in _SIGNED.findall(text)]
+    # each digit run with the sign before it (a list that parsed has none over 15 digits)
+    runs = [
+        (-1 if before.endswith("-") else 1, int(digits))
+        for before, digits in zip(parts[0::2], parts[1::2], strict=False)
+    ]
     slots = iter(range(len(runs)))
 
     def slot(value: BareItem) -> tuple[BareItem, int]:
