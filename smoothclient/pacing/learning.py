@@ -38,6 +38,10 @@ PROBE_GAIN = 0.3
 #: successes without a throttle (and a whole EPOCH): at a fleet's share of a slow limiter
 #: an EPOCH holds less than one request, no evidence of anything.
 REFUTE_EVIDENCE = 4
+#: A throttle measures the rate since the last one (both moments the limiter was full) only
+#: 1 to 4 EPOCHs after it and on at least this many successes: fewer, a fleet's share read
+#: low by a success or two, cut a process to half its share and left it to crawl.
+FULL_EVIDENCE = 20
 #: How much evidence (requests sent while the quota was spent, before its reset: admitted
 #: count +1, rejected -1, older evidence fading) makes the model a bucket or a window.
 EVIDENCE = 1.5
@@ -65,6 +69,7 @@ def observe(
     hints = _capped(hints, s.max_gate)
     if status < 400:
         o.succeeded(now)
+        o.through += 1
     if counted:
         o.in_flight = max(0, o.in_flight - 1)
     o.known = True
@@ -410,21 +415,24 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     """
     The rate controller for limiters that say nothing but 429: AIMD on the delivered rate.
 
-    A throttle (at most one cut per request sent after the last cut, as TCP cuts once per
-    round trip) sets the rate to what got through in the last :data:`EPOCH`: above a limiter's
-    rate exactly its rate, so one cut lands on it; for N clients sharing nothing, each one's
-    share, which is its rate times (admitted / sum of rates): a multiplicative decrease by the
-    same measured factor for all.  Between throttles the rate grows: multiplicatively until
-    it reaches the last measured admitted rate (a slow start; the first measurement, taken
-    during the first burst, is no ceiling, nor is a cut that found nothing delivered), then
-    additively by :data:`PROBE_GAIN` per second.  A raise moves the slot already owed with
-    it, and a request waiting for a far slot in a slow start asks again halfway: at the
-    floor, a success that doubled the rate left the next request two seconds away all the
-    same (the processes of a fleet that lost the first wave took seconds to find a limiter
-    the others had left).  A ceiling is a share as much as a limit: a whole :data:`EPOCH` at
-    or above it without a throttle, over at least :data:`REFUTE_EVIDENCE` successes, refutes
-    it (the others of a fleet are done), and the slow start resumes (a slow-start restart,
-    not a crawl by :data:`PROBE_GAIN` a second into a limiter left idle).
+    A throttle (at most one cut per request sent after the last cut, as TCP cuts once per round
+    trip) sets the rate to what got through in the last :data:`EPOCH`: above a limiter's rate
+    exactly its rate, so one cut lands on it; for N clients sharing nothing, each one's share,
+    which is its rate times (admitted / sum of rates): a multiplicative decrease by the same
+    measured factor for all.  That EPOCH also counts the tokens a bucket banked while the client
+    sent below its rate; what got through since the last throttle (the limiter was full at both)
+    does not, and is taken instead when it is the better part of it (see
+    :data:`FULL_EVIDENCE`).  Between throttles the rate grows: multiplicatively until it reaches
+    the last measured admitted rate (a slow start; the first measurement, taken during the first
+    burst, is no ceiling, nor is a cut that found nothing delivered), then additively by
+    :data:`PROBE_GAIN` per second.  A raise moves the slot already owed with it, and a request
+    waiting for a far slot in a slow start asks again halfway: at the floor, a success that
+    doubled the rate left the next request two seconds away all the same (the processes of a
+    fleet that lost the first wave took seconds to find a limiter the others had left).  A
+    ceiling is a share as much as a limit: a whole :data:`EPOCH` at or above it without a
+    throttle, over at least :data:`REFUTE_EVIDENCE` successes, refutes it (the others of a fleet
+    are done), and the slow start resumes (a slow-start restart, not a crawl by
+    :data:`PROBE_GAIN` a second into a limiter left idle).
     Additive increase with multiplicative decrease is the law that converges N senders to
     fair shares without starving any (Chiu and Jain, 1989), and measuring the decrease keeps
     one sender at 90-100% of the admitted rate.
@@ -451,8 +459,12 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     then crawled alone once the others were done).
     """
     pace = o.pace
+    # two moments the limiter was full: what got through between them is its rate (at least)
+    between = now - o.last_throttle
+    measured = EPOCH <= between <= 4 * EPOCH and o.through >= FULL_EVIDENCE
+    full = o.through / between if measured else 0.0
     o.last_throttle = now
-    o.unthrottled = 0
+    o.unthrottled = o.through = 0
     o.throttles.append(now)
     if o.throttles[0] < now - EPOCH:
         o.throttles.popleft()
@@ -491,7 +503,14 @@ def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -
     # over a whole EPOCH even on a young origin: what a first burst got through is no rate
     # (counted over less time, a burst of 5 read as 20 req/s and earned a storm of 429s)
     nothing = before * 0.5 if before else 1 / EPOCH  # none delivered: under one an EPOCH
-    rate = max(s.learned_floor, delivered / EPOCH if delivered else nothing)
+    rate = delivered / EPOCH if delivered else nothing
+    if rate / 2 <= full < rate:
+        # the EPOCH also counts what a bank of tokens saved while the rate was lower added
+        # (a slow start past a 10 req/s bucket of 6 measured 16 and took four throttles to
+        # come down): what got through since the last throttle, when the limiter was full
+        # then too, is the rate without it
+        rate = full
+    rate = max(s.learned_floor, rate)
     if before is not None and o.learned:
         rate = min(rate, before)
     # a measured admitted rate is the slow start's ceiling; none got through (a fleet's

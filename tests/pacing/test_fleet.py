@@ -104,6 +104,44 @@ def test_a_process_that_lost_the_first_wave_probes_within_an_epoch() -> None:
     assert p.pace.rate == 2.0  # never below the floor
 
 
+def _slow_start(before: int, last: int, *, until: float = 3.0) -> st.OriginState:
+    """
+    From the floor, ``before`` successes spread over [0.5, until - 1), then ``last`` in the
+    EPOCH before ``until``, then a throttle just after it.
+    """
+    o, s = _at_the_floor()
+    span = until - 1.5
+    times = [0.5 + span * i / before for i in range(before)]
+    times += [until - 1.0 + i / last for i in range(last)]
+    for at in times:
+        learning.observe(o, s, 200, Hints(), at + 0.002, sent_at=at, counted=False)
+    learning.observe(o, s, 429, Hints(), until + 0.002, sent_at=until, counted=False)
+    return o
+
+
+def test_a_cut_leaves_out_the_tokens_a_bucket_banked_during_a_slow_start() -> None:
+    """
+    A slow start past a bucket's rate drains what it banked: its last EPOCH overstates the
+    rate.  What got through since the last throttle (the bucket was full at both) does not.
+    """
+    o = _slow_start(14, 16)
+    assert o.pace.rate == pytest.approx(30 / (3.002 - 0.01))  # not 16
+    assert o.through == 0  # counted afresh from this throttle
+
+
+@pytest.mark.parametrize(
+    ("before", "last", "until"),
+    [(4, 6, 3.0), (30, 16, 4.6)],
+    ids=["too few successes (a fleet's share)", "the last throttle too long ago"],
+)
+def test_a_cut_takes_its_epoch_without_enough_evidence_since_the_last_throttle(
+    before: int, last: int, until: float
+) -> None:
+    """A share read low by a success or two, or over an idle spell, is no bound of the rate."""
+    o = _slow_start(before, last, until=until)
+    assert o.pace.rate == pytest.approx(last)
+
+
 def test_a_raised_rate_moves_the_slot_already_owed() -> None:
     """At a request a second, a success that raises the rate shortens the wait for the next."""
     o, s = _at_the_floor()
