@@ -53,6 +53,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import multiprocessing as mp
 import os
 import statistics
@@ -455,6 +456,13 @@ def _fleet_child(
     name: str, mode: str, url: str, calls: int, timeout: float, barrier: Any, queue: Any
 ) -> None:
     try:
+        logs = os.environ.get("LIMITERS_LOG")
+        if logs:  # the process's debug log, for looking at how a fleet paced
+            logging.basicConfig(
+                filename=str(Path(logs, f"{os.getpid()}.log")),
+                level=logging.DEBUG,
+                format="%(created).3f %(process)d %(name)s %(message)s",
+            )
         _preload(name)
         barrier.wait(120)
         queue.put(run_client(name, mode, url, calls, timeout))
@@ -845,6 +853,9 @@ def main() -> None:
     parser.add_argument(
         "--trace", metavar="DIR", help="write each run's server-side arrivals to DIR/*.json"
     )
+    parser.add_argument(
+        "--log", metavar="DIR", help="write each fleet process's debug log to DIR/<pid>.log"
+    )
     parser.add_argument("--lane-work", help=argparse.SUPPRESS)
     args = parser.parse_args()
     runs_per_cell = args.runs if args.runs is not None else (1 if args.quick else 3)
@@ -876,6 +887,9 @@ def main() -> None:
     if args.trace:
         Path(args.trace).mkdir(parents=True, exist_ok=True)
         os.environ["LIMITERS_TRACE"] = str(Path(args.trace).resolve())
+    if args.log:
+        Path(args.log).mkdir(parents=True, exist_ok=True)
+        os.environ["LIMITERS_LOG"] = str(Path(args.log).resolve())
     work = plan(args.only, args.quick, fleet)
     if not work:
         parser.error("no scenario/client matches --only")

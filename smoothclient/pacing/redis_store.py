@@ -248,7 +248,7 @@ class RedisTracker:
         turn = yield from self._take_turn()
         try:
             if not self.link.up:
-                return fallback(self.fallback)
+                return self._in_memory(fallback)
             started = time.monotonic()
             try:
                 while True:  # another process wrote first: again, on what it wrote
@@ -266,10 +266,27 @@ class RedisTracker:
             except _Down:
                 with self.lock:
                     self._hand_over()
-                return fallback(self.fallback)
+                return self._in_memory(fallback)
         finally:
             if turn is not None:
                 turn.release()
+
+    def _in_memory(self, fallback: Callable[[MemoryTracker], T]) -> T:
+        """
+        A step taken in this process's memory (Redis is away), its change of counts kept too.
+
+        This process's counts are its own whatever store paces it: a request counted in
+        Redis and answered while Redis was away would otherwise stay in flight in the
+        counts written when Redis is back, and every window the fleet shares would admit
+        one request fewer for as long as this process lives.
+        """
+        with self.lock:
+            state = self.fallback.state
+            before = (state.waiting, state.in_flight)
+            result = fallback(self.fallback)
+            self.mine[0] += state.waiting - before[0]
+            self.mine[1] += state.in_flight - before[1]
+        return result
 
     def _try(self, step: Callable[[OriginState], T]) -> Steps[tuple[T, list[int] | None]]:
         """
@@ -386,11 +403,11 @@ class RedisTracker:
     def _local(self, change: Callable[[list[int]], None], fallback: Callable[[], None]) -> None:
         """A change of this process's counts only: written with its next step."""
         with self.lock:
-            if not self.link.up:
+            change(self.mine)  # its own, whatever store paces it (:meth:`_in_memory`)
+            if self.link.up:
+                self._count()
+            else:
                 fallback()
-                return
-            change(self.mine)
-            self._count()
 
     def _read(self, look: Callable[[OriginState], T], fresh: bool) -> Steps[T]:
         """``look`` at the copy (read again if older than TRUST, or ``fresh``)."""

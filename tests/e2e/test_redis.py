@@ -257,6 +257,44 @@ def test_redis_down_fails_open_and_comes_back(
     assert any("Redis is back" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("answered", ["observe", "failed", "cancel"])
+def test_counts_taken_while_redis_was_away_leave_no_phantoms(
+    server: RedisServer, answered: str
+) -> None:
+    """
+    A request counted in Redis, ended while Redis was away: the fleet counts it no more.
+
+    Its end went to this process's memory; kept only there, the count written with the
+    next step held a request in flight (or waiting) for good, and the fleet's every window
+    admitted that many fewer (a fleet through Redis sent 5 of a window's 10 after a slow
+    moment, for the rest of its run).
+    """
+    (a,) = fleet(server, 1)
+    tracker = a._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    assert tracker.acquire(a.clock()).granted
+    if answered != "cancel":
+        tracker.sent()
+    server.kill()
+    tracker.observe(200, Hints(), a.clock(), counted=False)  # Redis is found away
+    assert not tracker.link.up
+    if answered == "observe":
+        tracker.observe(200, Hints(), a.clock())
+    elif answered == "failed":
+        tracker.failed()
+    else:
+        tracker.cancel()
+    fallback = tracker.fallback.view(a.clock())
+    assert (fallback.waiting, fallback.in_flight) == (0, 0)
+    server.start()
+    tracker.link.down_until = 0.0  # skip the rest of the backoff
+    tracker.observe(200, Hints(), a.clock(), counted=False)
+    assert tracker.link.up
+    (c,) = fleet(server, 1)  # a fresh look at what the fleet holds
+    view = c.view(ORIGIN)
+    assert (view.waiting, view.in_flight) == (0, 0)
+
+
 def test_a_herd_completes_with_redis_killed_in_the_middle(server: RedisServer) -> None:
     """Three transports share Redis; it dies halfway; every call still ends with a 200."""
     with LimitedServer(rate=200, burst=20) as limited:
