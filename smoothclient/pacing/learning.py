@@ -15,7 +15,7 @@ import math
 from collections import deque
 
 from ..hints.model import Hints
-from .state import HORIZON, OriginState, Settings
+from .state import EARLY_MISSES, HORIZON, OriginState, Settings
 
 __all__ = ["observe"]
 
@@ -89,9 +89,9 @@ def observe(
             if status < 400 or moved:
                 # through, or rejected by a window that had reset (its reset moved on): the
                 # others of a fleet took it first; the probe was not early for the server
-                o.early_lead, o.early_misses = lead, 0
+                o.early_lead, o.early_misses, o.early_floor = lead, 0, 0.0
             else:
-                o.early_lead, o.early_misses = lead * 0.75, o.early_misses + 1
+                _early_miss(o, lead, early[1] - now, hints.retry_after)
         else:
             _weigh(o, status, sent_at, hints, now)
         _quota(o, hints, now, throttled=throttled, sent_at=sent_at, counted=counted, alone=s.shared)
@@ -102,6 +102,28 @@ def observe(
         _throttled(o, s, now, sent_at)
     elif o.learned:
         _recovered(o, s, now, sent_at)
+
+
+def _early_miss(o: OriginState, lead: float, before: float, retry_after: float | None) -> None:
+    """
+    A window rejected a probe sent ``lead`` before its stated reset (``before`` is left).
+
+    The next probe goes later (a quarter nearer the stated reset).  Its ``Retry-After`` says
+    how long before the stated reset the window takes the next, at the earliest: slowapi
+    states a reset a second late and truncates ``Retry-After``, which lands between the true
+    reset and the stated one.  When the misses run out (the stated reset is trusted then),
+    one more probe goes there, the earliest any of them said: on a 3 s window the probes
+    crept up on the true reset (a quarter at a time) and ran out just short of it, and every
+    window after waited the extra second.
+    """
+    misses = o.early_misses + 1
+    floor = o.early_floor
+    if retry_after is not None and floor >= 0:
+        floor = max(floor, before - retry_after)
+    lead *= 0.75
+    if misses >= EARLY_MISSES and floor > 0:
+        lead, misses, floor = floor, EARLY_MISSES - 1, -1.0
+    o.early_lead, o.early_misses, o.early_floor = lead, misses, floor
 
 
 def _capped(hints: Hints, cap: float) -> Hints:

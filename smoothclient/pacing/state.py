@@ -163,6 +163,9 @@ class OriginState:
     reset_probe: float | None = None  # when the request probing a window's reset went
     early_lead: float | None = None  # how long before its stated reset a window came back
     early_misses: int = 0  # early probes in a row that the window rejected
+    # the earliest before its stated reset a rejected early probe's Retry-After said the window
+    # takes the next (0: none said; -1: tried once when the misses ran out)
+    early_floor: float = 0.0
     early_sent: tuple[float, float] | None = None  # an early probe: when, and the reset then
     # this client's share of a window's quota (see learning._share): below 1 only when
     # others spend the same quota, as the processes of a fleet that shares nothing do

@@ -99,6 +99,16 @@ class TokenBucket:
         return max(0, calls - self.burst) * self.window / self.limit
 
 
+def _retry_in(window: FixedWindow | MovingWindow, stated: float) -> float:
+    """
+    A window's ``Retry-After``: when it states its reset late, slowapi's ``int(stated)``.
+
+    slowapi adds a second to the reset it states and truncates ``Retry-After``'s seconds, so
+    its ``Retry-After`` comes after the true reset and up to a second before the stated one.
+    """
+    return float(math.floor(stated)) if window.reset_bias else stated
+
+
 @dataclass
 class FixedWindow:
     """``limit`` per window, starting at the first hit after the last window ended."""
@@ -106,7 +116,8 @@ class FixedWindow:
     limit: int
     window: float = 1.0
     count_rejected: bool = True
-    reset_bias: float = 0.0  # a server that states its reset this much late (slowapi: 1 s)
+    #: a server that states its reset this much late (slowapi: 1 s, ``Retry-After`` truncated)
+    reset_bias: float = 0.0
     _start: float = field(default=-math.inf, init=False)
     _count: int = field(default=0, init=False)
 
@@ -119,7 +130,7 @@ class FixedWindow:
             self._count += 1
         reset = self._start + self.window - now
         stated = reset + self.reset_bias
-        return Verdict(admitted, max(0, self.limit - self._count), stated, stated)
+        return Verdict(admitted, max(0, self.limit - self._count), stated, _retry_in(self, stated))
 
     def ideal(self, calls: int) -> float:
         """A full window at once, then a full one at each window's end."""
@@ -132,7 +143,8 @@ class MovingWindow:
 
     limit: int
     window: float = 1.0
-    reset_bias: float = 0.0  # a server that states its reset this much late (slowapi: 1 s)
+    #: a server that states its reset this much late (slowapi: 1 s, ``Retry-After`` truncated)
+    reset_bias: float = 0.0
     _log: deque[float] = field(default_factory=deque, init=False)
 
     def hit(self, now: float) -> Verdict:
@@ -145,7 +157,7 @@ class MovingWindow:
             log.append(now)
         reset = log[0] + self.window - now if log else 0.0
         stated = reset + self.reset_bias
-        return Verdict(admitted, self.limit - len(log), stated, stated)
+        return Verdict(admitted, self.limit - len(log), stated, _retry_in(self, stated))
 
     def ideal(self, calls: int) -> float:
         """Like a fixed window when the first window's hits come at once."""
