@@ -459,7 +459,7 @@ def slowapi_server(
     except ImportError as exc:
         msg = f"slowapi server needs slowapi, starlette and uvicorn: {exc}"
         raise Skip(msg) from exc
-    unit = {1: "second", 60: "minute", 3600: "hour"}[window]
+    unit = {1: "second", 60: "minute", 3600: "hour"}.get(window) or f"{window} seconds"
     with _child_running(
         name or f"slowapi-{strategy}",
         ["slowapi", "--strategy", strategy, "--limit", f"{limit}/{unit}"],

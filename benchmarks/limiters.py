@@ -6,14 +6,16 @@ Servers (benchmarks/limiter_servers.py; each cell starts on a fresh limiter):
   nginx          nginx limit_req 10r/s burst 5 nodelay (a bucket of 6): bare 429s, no headers
   fixed-window   slowapi (limits) fixed window 10/second, X-RateLimit-* + Retry-After
   moving-window  slowapi (limits) moving window 20/second, same headers
+  fixed-window-3s  slowapi (limits) fixed window 30 per 3 seconds, same headers
   retry-after    nginx limit_req 5r/s burst 2 nodelay (a bucket of 3) + "Retry-After: 1" only
   control-*      smoothclient's own LimitedServer 10/s burst 5, "ietf" and "github" styles
 
 Scenarios: a herd (N GETs at once from one process: 60 on nginx, fixed-window and the
-controls, 100 on moving-window, 30 on retry-after), and fleets of 3 and 6 OS processes
-(spawned, released together by a barrier, sharing nothing) of 20 GETs at once each, against
-nginx, fixed-window and retry-after.  Clients (one GET per call, retrying 429/503 until it
-succeeds, at most 50 attempts, waits capped at 30 s, 60 s request timeouts):
+controls, 100 on moving-window, 90 on fixed-window-3s, 30 on retry-after), and fleets of 3
+and 6 OS processes (spawned, released together by a barrier, sharing nothing) of 20 GETs at
+once each, against nginx, fixed-window and retry-after.  Clients (one GET per call,
+retrying 429/503 until it succeeds, at most 50 attempts, waits capped at 30 s, 60 s request
+timeouts):
 
   smoothclient httpx    AsyncSmoothTransport (SmoothTransport in threads on retry-after)
   smoothclient adapter  SmoothAdapter on a requests Session, one thread per call
@@ -122,6 +124,7 @@ SERVERS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Running]
     "nginx": (lambda: nginx_limit_req(10, 5, name="nginx"), "async"),
     "fixed-window": (lambda: slowapi_server("fixed-window", 10, 1), "async"),
     "moving-window": (lambda: slowapi_server("moving-window", 20, 1), "async"),
+    "fixed-window-3s": (lambda: slowapi_server("fixed-window", 30, 3), "async"),
     "retry-after": (lambda: nginx_limit_req(5, 2, retry_after=1, name="retry-after"), "threads"),
     "control-ietf": (lambda: limited_server("ietf", 10, 5), "async"),
     "control-github": (lambda: limited_server("github", 10, 5), "async"),
@@ -144,6 +147,7 @@ SCENARIOS = [
     Scenario("nginx 60", "nginx", 60),
     Scenario("fixed-window 60", "fixed-window", 60),
     Scenario("moving-window 100", "moving-window", 100),
+    Scenario("fixed-window 3s 90", "fixed-window-3s", 90),
     Scenario("retry-after 30", "retry-after", 30),
     Scenario("control-ietf 60", "control-ietf", 60),
     Scenario("control-github 60", "control-github", 60),
@@ -658,6 +662,7 @@ PLANNED = {
     "nginx": Limit("bucket", 6, rate=10),
     "fixed-window": Limit("fixed-window", 10, window=1),
     "moving-window": Limit("moving-window", 20, window=1),
+    "fixed-window-3s": Limit("fixed-window", 30, window=3),
     "retry-after": Limit("bucket", 3, rate=5),
     "control-ietf": Limit("bucket", 5, rate=10),
     "control-github": Limit("bucket", 5, rate=10),
