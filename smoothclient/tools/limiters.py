@@ -101,12 +101,12 @@ class TokenBucket:
 
 def _retry_in(window: FixedWindow | MovingWindow, stated: float) -> float:
     """
-    A window's ``Retry-After``: when it states its reset late, slowapi's ``int(stated)``.
+    A window's ``Retry-After``: the stated reset, or slowapi's ``int(stated)`` (``truncated``).
 
     slowapi adds a second to the reset it states and truncates ``Retry-After``'s seconds, so
     its ``Retry-After`` comes after the true reset and up to a second before the stated one.
     """
-    return float(math.floor(stated)) if window.reset_bias else stated
+    return float(math.floor(stated)) if window.truncated else stated
 
 
 @dataclass
@@ -116,8 +116,8 @@ class FixedWindow:
     limit: int
     window: float = 1.0
     count_rejected: bool = True
-    #: a server that states its reset this much late (slowapi: 1 s, ``Retry-After`` truncated)
-    reset_bias: float = 0.0
+    reset_bias: float = 0.0  # a server that states its reset this much late (slowapi: 1 s)
+    truncated: bool = False  # its Retry-After's seconds truncated (slowapi's)
     _start: float = field(default=-math.inf, init=False)
     _count: int = field(default=0, init=False)
 
@@ -143,8 +143,8 @@ class MovingWindow:
 
     limit: int
     window: float = 1.0
-    #: a server that states its reset this much late (slowapi: 1 s, ``Retry-After`` truncated)
-    reset_bias: float = 0.0
+    reset_bias: float = 0.0  # a server that states its reset this much late (slowapi: 1 s)
+    truncated: bool = False  # its Retry-After's seconds truncated (slowapi's)
     _log: deque[float] = field(default_factory=deque, init=False)
 
     def hit(self, now: float) -> Verdict:

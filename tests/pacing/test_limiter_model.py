@@ -98,7 +98,10 @@ def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
 
 @pytest.mark.parametrize(
     "limiter",
-    [FixedWindow(30, 3.0, reset_bias=1.0), MovingWindow(30, 3.0, reset_bias=1.0)],
+    [
+        FixedWindow(30, 3.0, reset_bias=1.0, truncated=True),
+        MovingWindow(30, 3.0, reset_bias=1.0, truncated=True),
+    ],
     ids=["fixed", "moving"],
 )
 def test_a_long_window_stated_late_is_taken_when_its_retry_after_says(
