@@ -43,8 +43,8 @@ def _times(times: deque[float]) -> str:
     """The times within :data:`KEEP` of the newest (ascending): base64 of little-endian doubles."""
     if not times:
         return ""
-    kept = len(times) - bisect.bisect_left(times, times[-1] - KEEP)
-    packed = struct.pack(f"<{kept}d", *itertools.islice(times, len(times) - kept, None))
+    start = bisect.bisect_left(times, times[-1] - KEEP)
+    packed = struct.pack(f"<{len(times) - start}d", *itertools.islice(times, start, None))
     return base64.b64encode(packed).decode("ascii")
 
 
