@@ -1,7 +1,8 @@
 """
 How responses move an origin's state, as pure functions.
 
-The limiter model, the quota mirror and the rate controller (the table in :mod:`.state`).
+The limiter model and the quota mirror (the table in :mod:`.state`); for limiters that say
+nothing but 429, the rate controller of :mod:`.controller`.
 
 Like :mod:`.state`, nothing here locks, sleeps or reads a clock: a store applies
 :func:`observe` atomically.
@@ -9,39 +10,16 @@ Like :mod:`.state`, nothing here locks, sleeps or reads a clock: a store applies
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
-from collections import deque
 
 from ..hints.model import Hints
-from .state import EARLY_MISSES, HORIZON, OriginState, Settings
+from . import controller
+from .controller import SKEW
+from .state import EARLY_MISSES, OriginState, Settings
 
 __all__ = ["observe"]
 
-#: The delivered rate is measured over this many seconds.
-EPOCH = 1.0
-#: A young origin (seen for less than EPOCH) is cut only on this many answers, most of them
-#: throttles: a herd into a limiter, not a few unlucky requests.
-YOUNG_EVIDENCE = 10
-#: A cut after which the share of throttles stays above this fraction of what it was did not
-#: help: the throttles are noise, not a limiter.
-NOISE = 0.5
-#: ... judged on at least this many throttles since the cut.
-NOISE_EVIDENCE = 3
-#: Requests sent this soon after a quota ran out are not evidence of what it does then: the
-#: processes of a fleet read one shared state through clocks a few milliseconds apart.
-SKEW = 0.02
-#: Past the measured admitted rate, a learned rate grows by this many req/s each second.
-PROBE_GAIN = 0.3
-#: A measured admitted rate is refuted (the slow start resumes) only after this many
-#: successes without a throttle (and a whole EPOCH): at a fleet's share of a slow limiter
-#: an EPOCH holds less than one request, no evidence of anything.
-REFUTE_EVIDENCE = 4
-#: A throttle measures the rate since the last one (both moments the limiter was full) only
-#: 1 to 4 EPOCHs after it and on at least this many successes: fewer, a fleet's share read
-#: low by a success or two, cut a process to half its share and left it to crawl.
-FULL_EVIDENCE = 20
 #: How much evidence (requests sent while the quota was spent, before its reset: admitted
 #: count +1, rejected -1, older evidence fading) makes the model a bucket or a window.
 EVIDENCE = 1.5
@@ -99,9 +77,9 @@ def observe(
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
     elif throttled:
-        _throttled(o, s, now, sent_at)
+        controller.throttled(o, s, now, sent_at)
     elif o.learned:
-        _recovered(o, s, now, sent_at)
+        controller.recovered(o, s, now, sent_at)
 
 
 def _early_miss(o: OriginState, lead: float, before: float, retry_after: float | None) -> None:
@@ -426,181 +404,3 @@ def _quota(
             pace.set_tokens(now, tokens)
         else:
             pace.tat = max(pace.tat, now + (pace.burst - tokens) * pace.interval)
-
-
-def _recent(times: deque[float], since: float) -> int:
-    """How many of ``times`` (ascending) are at or after ``since``."""
-    return len(times) - bisect.bisect_left(times, since)
-
-
-def _throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
-    """
-    The rate controller for limiters that say nothing but 429: AIMD on the delivered rate.
-
-    A throttle (at most one cut per request sent after the last cut, as TCP cuts once per round
-    trip) sets the rate to what got through in the last :data:`EPOCH`: above a limiter's rate
-    exactly its rate, so one cut lands on it; for N clients sharing nothing, each one's share,
-    which is its rate times (admitted / sum of rates): a multiplicative decrease by the same
-    measured factor for all.  That EPOCH also counts the tokens a bucket banked while the client
-    sent below its rate; what got through since the last throttle (the limiter was full at both)
-    does not, and is taken instead when it is the better part of it (see
-    :data:`FULL_EVIDENCE`).  Between throttles the rate grows: multiplicatively until it reaches
-    the last measured admitted rate (a slow start; the first measurement, taken during the first
-    burst, is no ceiling, nor is a cut that found nothing delivered), then additively by
-    :data:`PROBE_GAIN` per second.  A raise moves the slot already owed with it, and a request
-    waiting for a far slot in a slow start asks again halfway: at the floor, a success that
-    doubled the rate left the next request two seconds away all the same (the processes of a
-    fleet that lost the first wave took seconds to find a limiter the others had left).  A
-    ceiling is a share as much as a limit: a whole :data:`EPOCH` at or above it without a
-    throttle, over at least :data:`REFUTE_EVIDENCE` successes, refutes it (the others of a fleet
-    are done), and the slow start resumes (a slow-start restart, not a crawl by
-    :data:`PROBE_GAIN` a second into a limiter left idle).
-    Additive increase with multiplicative decrease is the law that converges N senders to
-    fair shares without starving any (Chiu and Jain, 1989), and measuring the decrease keeps
-    one sender at 90-100% of the admitted rate.
-
-    Throttles that do not follow the rate (a flaky proxy answering a share of requests 429
-    whatever the rate) must not drive it down without limit: a cut after which the share of
-    throttles did not fall is undone, and throttles are then ignored for a while.  Only when
-    most requests got through before the cut, though: a share of most is a limiter, and in a
-    fleet that shares nothing the others keep it full whatever this process does, so its
-    share does not fall either; undoing that cut made the process unlimited for seconds.
-
-    A fleet's first wave is where its 429s come from: N processes, each with its whole herd,
-    into one bucket.  A process whose answers were all throttles (:data:`YOUNG_EVIDENCE` of
-    them) has measured an admitted rate under one per :data:`EPOCH`: it is paced at that
-    bound (or the floor) and slow-starts from there, rather than left to jittered backoff,
-    which sends its herd back in waves until one request gets through.  (From half of it, the
-    processes that lost the first wave of a fleet of three sent nothing for two seconds while
-    the winner was done in one, and finished at 1.5x the ideal.)
-
-    A cut takes effect only after the slot it found owed, at the old spacing (an interval of
-    the rate its episode of cuts began at): a throttle of the request sent in that slot says
-    nothing of the new rate and cuts nothing (cut on it, its EPOCH re-counting the first
-    throttle, a fleet's slowest process went from 3 to 2 to 1 req/s in a third of a second,
-    then crawled alone once the others were done).
-    """
-    pace = o.pace
-    # two moments the limiter was full: what got through between them is its rate (at least)
-    between = now - o.last_throttle
-    measured = EPOCH <= between <= 4 * EPOCH and o.through >= FULL_EVIDENCE
-    full = o.through / between if measured else 0.0
-    o.last_throttle = now
-    o.unthrottled = o.through = 0
-    o.throttles.append(now)
-    if o.throttles[0] < now - EPOCH:
-        o.throttles.popleft()
-    if now < o.noise_until or (sent_at is not None and sent_at <= o.last_cut):
-        return
-    cut = o.cut
-    old = None if cut is None else cut[1]  # the rate its episode of cuts began at
-    if cut and old and sent_at is not None and cut[3] < old and sent_at < cut[0] + 1 / old + SKEW:
-        return  # sent in the slot owed at the old spacing (an interval of it): before the cut
-    since = now - EPOCH
-    delivered, throttled = _recent(o.successes, since), _recent(o.throttles, since)
-    share = throttled / (throttled + delivered)
-    if now - o.first_seen < EPOCH and (share < 0.5 or throttled + delivered < YOUNG_EVIDENCE):
-        return  # young, and few answers or most got through: too little to tell a limiter by
-    if o.learned and now - o.last_cut < EPOCH / 4:
-        return  # the last cut has not shown its effect yet
-    if (
-        cut is not None
-        and cut[2] < 0.5
-        and now - cut[0] >= EPOCH / 2
-        and (pace.rate or 0) <= 1.25 * cut[3]
-    ):
-        # (only when most requests got through before the cut: a share of most is a limiter,
-        # into which the others of a fleet keep sending; undoing a cut of it starts a storm)
-        # still sending near the rate it cut to: did the cut lower the share of throttles?
-        after = cut[0] + 1e-9
-        late = _recent(o.throttles, after)
-        if late >= NOISE_EVIDENCE and late >= NOISE * cut[2] * (late + _recent(o.successes, after)):
-            pace.rate = cut[1]  # no: they do not follow the rate (noise); undo the cut
-            o.cut = None
-            o.noise_until = now + 10 * EPOCH
-            return
-    if not delivered and not o.learned and throttled < YOUNG_EVIDENCE:
-        return  # no evidence of any admitted rate yet: leave it to jittered backoff
-    before = pace.rate
-    # over a whole EPOCH even on a young origin: what a first burst got through is no rate
-    # (counted over less time, a burst of 5 read as 20 req/s and earned a storm of 429s)
-    nothing = before * 0.5 if before else 1 / EPOCH  # none delivered: under one an EPOCH
-    rate = delivered / EPOCH if delivered else nothing
-    if rate / 2 <= full < rate:
-        # the EPOCH also counts what a bank of tokens saved while the rate was lower added
-        # (a slow start past a 10 req/s bucket of 6 measured 16 and took four throttles to
-        # come down): what got through since the last throttle, when the limiter was full
-        # then too, is the rate without it
-        rate = full
-    rate = max(s.learned_floor, rate)
-    if before is not None and o.learned:
-        rate = min(rate, before)
-    # a measured admitted rate is the slow start's ceiling; none got through (a fleet's
-    # others took it all, or this rate sends less than one a measurement) measures nothing
-    o.ceiling = rate if o.learned and delivered else math.inf
-    if cut is not None and now - cut[0] < 3 * EPOCH:
-        before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
-    elif throttled < NOISE_EVIDENCE:
-        # a share measured on a throttle or two is none: a limiter's first throttle comes
-        # with a share near 0, and any cut that lands a little above its rate raises it (read
-        # as noise, undone, throttles ignored for 10 EPOCHs: a storm).  Never undone.
-        share = 1.0
-    o.cut = (now, before, share, rate)
-    o.last_cut = now
-    o.learned = True
-    pace.rate = rate
-    pace.burst = 1.0
-    pace.tat = max(pace.tat, now)
-
-
-def _raise(o: OriginState, now: float, rate: float) -> None:
-    """
-    Raise the learned rate to ``rate``, the slot already owed included.
-
-    The GCRA fixed the next slot one interval of the old rate after the last: at half a
-    request a second, a rate doubled by the answer to that request still waited two seconds
-    for the next.  It now comes one interval of the new rate after the last slot.  Only that
-    one interval moves: the slots already granted stay where they are (scaling the whole
-    span ahead put the next slot among them: threads that had theirs sent together, and a
-    Retry-After server's 429s cost a second each).  Only at under one request every two
-    HORIZONs, where a waiting request's slot is not yet fixed: above, moving it sent the
-    requests of a threaded herd on a 5 req/s bucket 0.5 s later in all (1.03x -> 1.11x).
-    """
-    pace = o.pace
-    old = pace.interval
-    pace.rate = rate
-    if old > 2 * HORIZON and pace.tat > now:
-        pace.tat -= old - pace.interval
-
-
-def _recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
-    pace = o.pace
-    if now - o.last_throttle > s.quiet:
-        o.learned = False
-        pace.rate = None
-        o.cut = None
-    elif pace.rate is not None and sent_at is not None and sent_at <= o.last_cut:
-        # in flight at the cut: part of the delivered rate it measured, which it completes
-        # (no sign yet of how the cut rate fares)
-        cut = o.cut
-        top = math.inf if cut is None or cut[1] is None else cut[1]
-        _raise(o, now, max(pace.rate, min(top, _recent(o.successes, now - EPOCH) / EPOCH)))
-        if o.ceiling < math.inf:
-            o.ceiling = max(o.ceiling, pace.rate)
-    elif pace.rate is not None:
-        # per success: below the measured admitted rate about x1.5 a second (half a
-        # request per success), above it PROBE_GAIN req/s a second
-        rate = pace.rate
-        o.unthrottled += 1
-        if (
-            rate >= o.ceiling
-            and now - o.last_throttle >= EPOCH
-            and o.unthrottled >= REFUTE_EVIDENCE
-        ):
-            # a whole EPOCH without a throttle at or above the measured admitted rate: no
-            # longer the limit (the others of a fleet are done): slow start again
-            o.ceiling = math.inf
-        if rate < o.ceiling:
-            _raise(o, now, rate + 0.5)
-        else:
-            _raise(o, now, rate + PROBE_GAIN / rate)

@@ -137,7 +137,7 @@ class OriginState:
     learned: bool = False
     last_throttle: float = -1e18
     unthrottled: int = 0  # successes since the last throttle (a learned rate's evidence)
-    through: int = 0  # all successes since the last throttle (see learning._throttled)
+    through: int = 0  # all successes since the last throttle (see controller.throttled)
     # when recent successes came back (the admitted rate, should the server start to throttle)
     successes: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SUCCESSES))
     waiting: int = 0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from smoothclient import Hints
-from smoothclient.pacing import learning
+from smoothclient.pacing import controller, learning
 from smoothclient.pacing import state as st
 from smoothclient.tools.limiters import (
     FixedWindow,
@@ -86,9 +86,9 @@ def _at_the_floor() -> tuple[st.OriginState, st.Settings]:
     """A process whose first wave was all throttled: paced at one request an EPOCH."""
     o, s = st.OriginState(), st.Settings(probe=0)
     o.first_seen = 0.0
-    for _ in range(learning.YOUNG_EVIDENCE):
+    for _ in range(controller.YOUNG_EVIDENCE):
         learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
-    assert o.pace.rate == 1 / learning.EPOCH
+    assert o.pace.rate == 1 / controller.EPOCH
     return o, s
 
 
@@ -96,10 +96,10 @@ def test_a_process_that_lost_the_first_wave_probes_within_an_epoch() -> None:
     """It measured under one request an EPOCH got through: its next slot is an EPOCH on."""
     o, s = _at_the_floor()
     assert st.acquire(o, s, 0.01, 0.01, None).delay == 0.0
-    assert o.pace.earliest(0.02) == pytest.approx(0.01 + learning.EPOCH)
+    assert o.pace.earliest(0.02) == pytest.approx(0.01 + controller.EPOCH)
     p, q = st.OriginState(), st.Settings(probe=0, learned_floor=2.0)
     p.first_seen = 0.0
-    for _ in range(learning.YOUNG_EVIDENCE):
+    for _ in range(controller.YOUNG_EVIDENCE):
         learning.observe(p, q, 429, Hints(), 0.01, sent_at=0.0, counted=False)
     assert p.pace.rate == 2.0  # never below the floor
 
@@ -173,7 +173,7 @@ def test_a_ceiling_is_refuted_by_successes_not_by_an_idle_epoch() -> None:
     o, s = _at_the_floor()
     o.pace.rate, o.ceiling = 0.8, 0.8
     now = 1.0
-    for _ in range(learning.REFUTE_EVIDENCE - 1):
+    for _ in range(controller.REFUTE_EVIDENCE - 1):
         now += 1.25
         learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
     assert o.ceiling == 0.8  # still the limit: the rate grew additively
@@ -242,11 +242,11 @@ def test_a_cut_into_a_limiter_the_others_keep_full_is_not_undone_as_noise() -> N
     """
     o, s = st.OriginState(), st.Settings(probe=0)
     o.first_seen = 0.0
-    for _ in range(learning.YOUNG_EVIDENCE):  # a herd's first wave: all rejected
+    for _ in range(controller.YOUNG_EVIDENCE):  # a herd's first wave: all rejected
         learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
     paced = o.pace.rate
-    assert paced == 1 / learning.EPOCH  # paced, not left to backoff
-    for _ in range(learning.YOUNG_EVIDENCE):  # the rest of the wave, answered after the cut
+    assert paced == 1 / controller.EPOCH  # paced, not left to backoff
+    for _ in range(controller.YOUNG_EVIDENCE):  # the rest of the wave, answered after the cut
         learning.observe(o, s, 429, Hints(), 0.02, sent_at=0.0, counted=False)
     now = 0.02
     while now < 3.0:  # its retries, at its rate, still mostly rejected
@@ -266,7 +266,7 @@ def test_a_cut_that_measured_nothing_sets_no_ceiling() -> None:
     """
     o, s = st.OriginState(), st.Settings(probe=0)
     o.first_seen = 0.0
-    for _ in range(learning.YOUNG_EVIDENCE):
+    for _ in range(controller.YOUNG_EVIDENCE):
         learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
     learning.observe(o, s, 429, Hints(), 2.0, sent_at=1.99, counted=False)
     assert o.pace.rate == s.learned_floor
@@ -288,7 +288,7 @@ def test_a_ceiling_no_throttle_confirms_for_an_epoch_is_refuted() -> None:
     """
     o, s = st.OriginState(), st.Settings(probe=0)
     o.first_seen = 0.0
-    for _ in range(learning.YOUNG_EVIDENCE):
+    for _ in range(controller.YOUNG_EVIDENCE):
         learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
     now = 0.01
     for _ in range(8):  # slow start: 0.5 req/s up to 2 and beyond

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from smoothclient import Hints, Pacer
-from smoothclient.pacing import learning
+from smoothclient.pacing import controller, learning
 from smoothclient.pacing import state as st
 from smoothclient.pacing.store import MemoryTracker
 from smoothclient.tools.limiters import (
@@ -299,7 +299,7 @@ def test_requests_sent_right_after_exhaustion_are_no_evidence() -> None:
         200,
         Hints(remaining=0, limit=10, reset_after=1.9),
         0.1,
-        sent_at=learning.SKEW / 2,
+        sent_at=controller.SKEW / 2,
         counted=False,
     )
     assert o.evidence == 0
