@@ -18,7 +18,7 @@ from . import controller
 from .controller import SKEW
 from .state import EARLY_MISSES, OriginState, Settings
 
-__all__ = ["observe"]
+__all__ = ["can_wait", "observe"]
 
 #: How much evidence (requests sent while the quota was spent, before its reset: admitted
 #: count +1, rejected -1, older evidence fading) makes the model a bucket or a window.
@@ -80,6 +80,22 @@ def observe(
         controller.throttled(o, s, now, sent_at)
     elif o.learned:
         controller.recovered(o, s, now, sent_at)
+
+
+def can_wait(o: OriginState, status: int, hints: Hints) -> bool:
+    """
+    Whether the others of a fleet can learn of an answer a step later.
+
+    A success with quota left and no ``Retry-After``: a shared store may pass it on with its
+    next step.  Any other answer (a throttle, a spent quota, a ``Retry-After``) stops the
+    others at once, and so does a success that says no quota on an origin paced by a learned
+    rate: the controller measures the rate the fleet got through from those, at the next
+    throttle of any process (late, they read the fleet's rate low and cut it too far: a
+    fleet of three against nginx took 1.6x instead of 1.02x).
+    """
+    if status >= 400 or hints.retry_after is not None or hints.exhausted:
+        return False
+    return hints.remaining is not None or not o.learned
 
 
 def _early_miss(o: OriginState, lead: float, before: float, retry_after: float | None) -> None:

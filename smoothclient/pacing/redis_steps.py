@@ -18,7 +18,7 @@ from ..policy import RetryBudget
 from . import learning
 from . import state as st
 from .state import Admission, OriginState
-from .store import Steps
+from .store import MemoryTracker, Steps, done
 
 if TYPE_CHECKING:
     from .redis_store import RedisTracker
@@ -76,9 +76,19 @@ class RedisSteps:
         counted: bool = True,
     ) -> Steps[None]:
         s = self.t.settings
+
+        def fallback(f: MemoryTracker) -> None:
+            f.observe(status, hints, now, sent_at=sent_at, counted=counted)
+
+        if learning.can_wait(self.t.state, status, hints) and self.t.defer(
+            lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=False),
+            counted,
+            fallback,
+        ):
+            return done(None)  # on the copy now, to Redis with the next step
         return self.t._step(
             lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
-            lambda f: f.observe(status, hints, now, sent_at=sent_at, counted=counted),
+            fallback,
         )
 
     def cohort(self, now: float) -> Steps[CohortView]:

@@ -21,9 +21,15 @@ atomic across the fleet.
 - **Cohort counts** (waiting, in flight) are kept per process with the time each process
   last wrote them; counts older than :data:`COHORT_TTL` are dropped, so a crashed process's
   counts fade.  Sending, cancelling and failing change only this process's counts, written
-  with its next step: a paced request costs one round trip before it is sent (its slot: a
-  write that checks the version, which needs no read first when nobody else wrote) and one
-  after (its answer).
+  with its next step.
+- **A paced request costs one round trip**: its slot (a write that checks the version, which
+  needs no read first when nobody else wrote).  Its answer, when the others can learn of it a
+  step later (:func:`~.learning.can_wait`: a success with quota left), is taken on this
+  process's copy at once and goes to Redis with this process's next step (in a herd, its
+  next slot), or, when none comes, instead of its next read of the key (the copy is trusted
+  :data:`TRUST` seconds); until written it is applied again to every state adopted from
+  Redis, so none is lost or taken twice.  Any other answer (a throttle, a spent quota, a
+  ``Retry-After``) is written at once: the fleet stops at once.
 - **Healthy origins cost nothing**: the fast lane trusts this process's copy for
   :data:`TRUST` seconds before it reads the key again.
 - **Faults fail open**: Redis down, slow (over ``timeout``) or erroring, and the store falls
@@ -96,6 +102,8 @@ TRUST = 0.1
 COHORT_TTL = 30.0
 #: Keys outlive the last time their state matters by this much (seconds).
 LINGER = 60.0
+#: At most this many answers wait on a process's copy for its next step; one more is written.
+MAX_DEFERRED = 64
 
 
 def _horizon(o: OriginState, settings: Settings, now: float) -> float:
@@ -142,6 +150,7 @@ class RedisTracker:
         self.synced = -math.inf  # when the copy was last read or written (monotonic)
         self.epoch = 0  # counts the copy's replacements (a reply sent before one may be stale)
         self.dirty: OriginState | None = None  # the copy, while a write of its change is out
+        self.deferred: list[Callable[[OriginState], object]] = []  # answers not yet written
         self.lock = threading.Lock()  # the copy (never held across a round trip)
         self.turn = threading.Lock()  # threads' sync steps, one at a time
         self.healthy: Callable[[float], bool] = self._healthy
@@ -178,6 +187,7 @@ class RedisTracker:
         self.text = text.decode() if isinstance(text, bytes) else str(text or "")
         self.state = load(self.text) if self.text else OriginState()
         self.epoch += 1
+        self._replay()
         try:
             entries = json.loads(cohort) if cohort else {}
         except ValueError:
@@ -298,8 +308,10 @@ class RedisTracker:
 
         A step that changes the state is written at once, however old the copy: the write
         checks the version, so it succeeds only if the copy was current, and a paced slot
-        costs one round trip.  A step that changes nothing on an old copy reads the key.
+        costs one round trip.  A step that changes nothing on an old copy reads the key.  A
+        step on the copy itself carries the answers deferred on it (:meth:`defer`).
         """
+        carried: list[Callable[[OriginState], object]] = []
         with self.lock:
             now = self.link.clock()
             self._fade(now)
@@ -319,6 +331,8 @@ class RedisTracker:
                 and self.mine == self.written
                 and now - self.wrote_at < COHORT_TTL / 2
             ):
+                if in_place:
+                    self.deferred.clear()  # what they changed is what the key holds
                 if time.monotonic() - self.synced <= TRUST:
                     return result, None  # nothing changed (a poll that found no slot): no write
                 self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]
@@ -338,6 +352,7 @@ class RedisTracker:
                 epoch = self.epoch
                 if in_place:
                     self.dirty = state
+                    carried, self.deferred = self.deferred, []
         if stale:
             yield from self._refresh()  # an old copy: what does Redis hold now?
             return result, delta
@@ -357,18 +372,20 @@ class RedisTracker:
                         self.version, self.text, self.written = int(version), text, expected
                         if self.state is not state:
                             self.state, self.epoch = state, self.epoch + 1
+                            self._replay()
                             self._count()
                         elif self.mine != expected:  # counts changed while it was out
                             self._count()
                     self.wrote_at = now
                     return result, None
                 self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]  # not counted
+                self._requeue(carried)
                 if self._newer(version, epoch):
                     self._adopt(version, theirs, their_cohort, self.link.clock())
                 elif self.state is state:  # a newer copy was written in between: not this one
                     self._undo()
                 else:
-                    self._count()
+                    self._carry_over(carried)
                 return result, delta
         finally:
             if not settled:  # failed (_Down) or cancelled: nothing of it taken here
@@ -376,10 +393,11 @@ class RedisTracker:
                     self._settle(state)
                     self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]
                     self.written = [-1, -1]  # whatever the key holds: written again next time
+                    self._requeue(carried)
                     if self.state is state:
                         self._undo()
                     else:
-                        self._count()
+                        self._carry_over(carried)
 
     def _settle(self, state: OriginState) -> None:
         """A write of ``state`` came back (or never will): the copy's change is no longer out."""
@@ -390,6 +408,28 @@ class RedisTracker:
         """The copy's unwritten change is dropped: the copy is what the key held (caller locks)."""
         self.state = load(self.text) if self.text else OriginState()
         self.epoch += 1
+        self._replay()
+        self._count()
+
+    def _replay(self) -> None:
+        """The answers not yet written, applied again to a copy just replaced (caller locks)."""
+        for answer in self.deferred:
+            answer(self.state)
+
+    def _requeue(self, carried: list[Callable[[OriginState], object]]) -> None:
+        """A write that carried answers failed: they wait for the next (caller locks)."""
+        if carried:
+            self.deferred[:0] = carried
+
+    def _carry_over(self, carried: list[Callable[[OriginState], object]]) -> None:
+        """
+        A write that carried answers failed after the copy was replaced (caller locks).
+
+        The copy came from a write or a read that went while these answers were out with
+        the failed write: it lacks them.
+        """
+        for answer in carried:
+            answer(self.state)
         self._count()
 
     def _hand_over(self) -> None:
@@ -398,6 +438,7 @@ class RedisTracker:
         for f in dataclasses.fields(OriginState):
             setattr(target, f.name, getattr(self.state, f.name))
         target.waiting, target.in_flight = max(0, self.mine[0]), max(0, self.mine[1])
+        self.deferred.clear()  # on the copy, so in the fallback's state now
         self.synced = -math.inf
 
     def _local(self, change: Callable[[list[int]], None], fallback: Callable[[], None]) -> None:
@@ -410,10 +451,17 @@ class RedisTracker:
                 fallback()
 
     def _read(self, look: Callable[[OriginState], T], fresh: bool) -> Steps[T]:
-        """``look`` at the copy (read again if older than TRUST, or ``fresh``)."""
+        """
+        ``look`` at the copy (read again if older than TRUST, or ``fresh``).
+
+        Answers deferred on the copy are written instead of a read: the write's reply is as
+        fresh, and an idle process's last answers reach the fleet.
+        """
         if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
             with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
                 return look(self.state)
+        if self.deferred and self.link.up:
+            yield from self._step(_unchanged, _unchanged)
         turn = yield from self._take_turn()
         try:
             if self.link.up:
@@ -428,6 +476,33 @@ class RedisTracker:
         finally:
             if turn is not None:
                 turn.release()
+
+    def defer(
+        self,
+        answer: Callable[[OriginState], object],
+        counted: bool,
+        fallback: Callable[[MemoryTracker], object],
+    ) -> bool:
+        """
+        Take ``answer`` on the copy now; it goes to Redis with this process's next step.
+
+        For answers that close nothing: the fleet learns them a step later, and the request
+        that got them costs one round trip (its slot), not two.  ``counted``: the request
+        leaves this process's in-flight count at once.  False when :data:`MAX_DEFERRED`
+        answers already wait (write this one now, and them with it).
+        """
+        if not self.link.up:
+            self._in_memory(fallback)
+            return True
+        with self.lock:
+            if len(self.deferred) >= MAX_DEFERRED:
+                return False
+            if counted:
+                self.mine[1] -= 1
+            answer(self.state)
+            self.deferred.append(answer)
+            self._count()
+        return True
 
     # ------------------------------------------------------------------ the protocol
 
@@ -517,6 +592,10 @@ class RedisTracker:
     def view(self, now: float) -> OriginView:
         key = self.key
         return self.read(lambda o: st.view(key, o, now))
+
+
+def _unchanged(_: object) -> None:
+    """A step that changes nothing: a write of what the copy holds."""
 
 
 def redis_key(key: str, prefix: str = "smoothclient") -> str:

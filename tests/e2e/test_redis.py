@@ -49,6 +49,11 @@ def fleet(server: RedisServer, n: int = 2, **kw: object) -> list[Pacer]:
     return [Pacer(storage=server.url, probe=0, **kw) for _ in range(n)]  # type: ignore[arg-type]
 
 
+def touch(tracker: Any) -> None:
+    """One round trip to Redis: the key read (the link found up or down)."""
+    tracker.read(lambda o: None, fresh=True)
+
+
 def test_a_gate_closes_the_origin_for_the_whole_fleet(server: RedisServer) -> None:
     a, b = fleet(server)
     a._track(ORIGIN).observe(503, Hints(retry_after=2.0), a.clock(), counted=False)
@@ -117,7 +122,7 @@ def test_keys_are_hash_tagged_and_expire(server: RedisServer) -> None:
 def test_a_flushed_script_is_loaded_again(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
     tracker = pacer._track(ORIGIN)
-    tracker.observe(200, Hints(), pacer.clock(), counted=False)
+    touch(tracker)
     redis.Redis.from_url(server.url).script_flush()
     tracker.observe(503, Hints(retry_after=3.0), pacer.clock(), counted=False)
     assert isinstance(tracker, RedisTracker)
@@ -212,10 +217,10 @@ def test_a_crashed_process_counts_fade(
     monkeypatch.setattr(redis_store, "COHORT_TTL", 0.3)
     a, b = fleet(server)
     a._track(ORIGIN).acquire(a.clock())  # waiting, and never sent: a crashed
-    b._track(ORIGIN).observe(200, Hints(), b.clock(), counted=False)
+    touch(b._track(ORIGIN))
     assert b.view(ORIGIN).waiting == 1
     time.sleep(0.45)
-    b._track(ORIGIN).observe(200, Hints(), b.clock(), counted=False)
+    touch(b._track(ORIGIN))
     assert b.view(ORIGIN).waiting == 0
 
 
@@ -225,7 +230,7 @@ def test_a_crashed_process_counts_fade(
 def test_a_garbled_cohort_in_redis_is_ignored(server: RedisServer, cohort: str) -> None:
     (pacer,) = fleet(server, 1)
     tracker = pacer._track(ORIGIN)
-    tracker.observe(200, Hints(), pacer.clock(), counted=False)
+    tracker.update(lambda o: setattr(o, "limit", 5.0))  # the key, written
     redis.Redis.from_url(server.url).hset(redis_store.redis_key(ORIGIN), "c", cohort)
     (other,) = fleet(server, 1)
     assert other.view(ORIGIN).waiting == 0
@@ -252,7 +257,7 @@ def test_redis_down_fails_open_and_comes_back(
     assert len(warnings) == 1  # one warning per outage
     server.start()
     tracker.link.down_until = 0.0  # skip the rest of the backoff
-    tracker.observe(200, Hints(), pacer.clock(), counted=False)
+    touch(tracker)
     assert tracker.link.up
     assert any("Redis is back" in r.getMessage() for r in caplog.records)
 
@@ -276,7 +281,7 @@ def test_counts_taken_while_redis_was_away_leave_no_phantoms(
     if answered != "cancel":
         tracker.sent()
     server.kill()
-    tracker.observe(200, Hints(), a.clock(), counted=False)  # Redis is found away
+    touch(tracker)  # Redis is found away
     assert not tracker.link.up
     if answered == "observe":
         tracker.observe(200, Hints(), a.clock())
@@ -288,7 +293,7 @@ def test_counts_taken_while_redis_was_away_leave_no_phantoms(
     assert (fallback.waiting, fallback.in_flight) == (0, 0)
     server.start()
     tracker.link.down_until = 0.0  # skip the rest of the backoff
-    tracker.observe(200, Hints(), a.clock(), counted=False)
+    touch(tracker)
     assert tracker.link.up
     (c,) = fleet(server, 1)  # a fresh look at what the fleet holds
     view = c.view(ORIGIN)
@@ -592,7 +597,7 @@ def test_async_steps_fail_open_when_redis_stalls(server: RedisServer) -> None:
     assert isinstance(tracker, RedisTracker)
 
     async def main() -> float:
-        await run_async(tracker.steps.observe(200, Hints(), pacer.clock(), counted=False))
+        await run_async(tracker.steps.read(lambda o: None, fresh=True))
         assert tracker.link.up
         with redis.Redis.from_url(server.url) as admin:
             admin.execute_command("CLIENT", "PAUSE", 800, "ALL")
@@ -626,7 +631,7 @@ def test_trips_failing_together_are_one_outage(server: RedisServer) -> None:
 
     async def herd() -> None:
         await asyncio.gather(
-            *(run_async(t.steps.observe(200, Hints(), pacer.clock())) for t in trackers)
+            *(run_async(t.steps.read(lambda o: None, fresh=True)) for t in trackers)
         )
 
     with redis.Redis.from_url(server.url) as admin:
@@ -696,7 +701,7 @@ def test_one_pacer_on_several_loops_gets_a_client_per_loop(
     assert isinstance(tracker, RedisTracker)
 
     async def once(n: int) -> int:
-        await run_async(tracker.steps.observe(200, Hints(), pacer.clock(), counted=False))
+        await run_async(tracker.steps.read(lambda o: None, fresh=True))
         await run_async(tracker.steps.update(lambda o: setattr(o, "limit", float(n))))
         return len(tracker.link.loops._loops)
 
@@ -726,3 +731,151 @@ def test_a_ready_asyncio_client_is_accepted(server: RedisServer) -> None:
     asyncio.run(main())
     with redis.Redis.from_url(server.url) as client:
         assert client.hget(redis_key(ORIGIN), "v") == b"1"  # written through the given client
+
+
+def _evalsha_calls(server: RedisServer) -> int:
+    """How many scripts Redis has run (its own count: every step is one EVALSHA)."""
+    with redis.Redis.from_url(server.url) as admin:
+        stats: dict[str, Any] = admin.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+QUOTA = Hints(remaining=50, limit=100, window=10, reset_after=10)  # 10 req/s, quota left
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_paced_request_costs_one_round_trip(server: RedisServer, driver: str) -> None:
+    """Its slot; its answer (a success with quota left) goes with the next request's slot."""
+    import asyncio
+
+    (pacer,) = fleet(server, 1)
+    tracker = pacer._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.observe(200, QUOTA, pacer.clock(), counted=False)
+    touch(tracker)  # the quota is known; the copy trusted
+
+    async def request() -> None:
+        now = pacer.clock()
+        admission = await run_async(tracker.steps.acquire(now, deadline=now + 5))
+        assert admission.final
+        tracker.sent()
+        await run_async(tracker.steps.observe(200, QUOTA, pacer.clock(), sent_at=now))
+
+    before = _evalsha_calls(server)
+    for _ in range(5):
+        if driver == "sync":
+            now = pacer.clock()
+            assert tracker.acquire(now, deadline=now + 5).final
+            tracker.sent()
+            tracker.observe(200, QUOTA, pacer.clock(), sent_at=now)
+        else:
+            asyncio.run(request())
+    assert _evalsha_calls(server) - before == 5
+    assert tracker.deferred  # the last answer waits for the next step
+    assert tracker.mine == [0, 0]  # yet this process counts it answered at once
+
+
+def test_a_deferred_answer_reaches_the_fleet_once_with_the_next_step(server: RedisServer) -> None:
+    """
+    Someone wrote in between: the next step's write fails, adopts what Redis holds, and goes
+    again with the answer applied to it: in the fleet's state once, not lost, not twice.
+    """
+    a, b = fleet(server)
+    tracker = a._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.update(lambda o: setattr(o, "through", 10))
+
+    def through(pacer: Pacer) -> int:
+        return int(pacer._track(ORIGIN).read(lambda o: o.through, fresh=True))
+
+    tracker.observe(200, Hints(), a.clock(), counted=False)
+    assert tracker.state.through == 11  # this process sees it at once
+    assert through(b) == 10  # the fleet with the next step
+    b._track(ORIGIN).update(lambda o: setattr(o, "limit", 7.0))  # b writes first
+    before = _evalsha_calls(server)
+    tracker.update(lambda o: None)  # a's next step: a stale version, adopt, again
+    assert _evalsha_calls(server) - before == 2
+    assert through(b) == 11
+    assert b._track(ORIGIN).read(lambda o: o.limit, fresh=True) == 7.0  # b's write kept too
+    assert not tracker.deferred
+    tracker.update(lambda o: setattr(o, "limit", 8.0))
+    assert through(b) == 11  # written once
+
+
+@pytest.mark.parametrize(
+    ("status", "hints"),
+    [
+        (429, Hints()),
+        (503, Hints(retry_after=3.0)),
+        (200, Hints(remaining=0, limit=100, window=10, reset_after=3)),
+        (200, Hints(retry_after=3.0)),
+    ],
+)
+def test_an_answer_that_closes_something_is_written_at_once(
+    server: RedisServer, status: int, hints: Hints
+) -> None:
+    a, b = fleet(server)
+    tracker = a._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.update(lambda o: setattr(o, "through", 10))
+    before = _evalsha_calls(server)
+    tracker.observe(status, hints, a.clock(), counted=False)
+    assert _evalsha_calls(server) - before == 1
+    assert not tracker.deferred
+    assert b._track(ORIGIN).read(lambda o: o.through, fresh=True) != 10  # a success or a throttle
+
+
+def test_an_idle_processs_answers_go_with_its_next_read(server: RedisServer) -> None:
+    """No next step: the read of a copy no longer trusted writes them (its reply as fresh)."""
+    a, b = fleet(server)
+    tracker = a._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.update(lambda o: setattr(o, "through", 10))
+    tracker.observe(200, Hints(), a.clock(), counted=False)
+    tracker.synced -= redis_store.TRUST  # the copy no longer trusted
+    before = _evalsha_calls(server)
+    assert tracker.view(a.clock()).origin == ORIGIN
+    assert _evalsha_calls(server) - before == 1  # the write, no read after it
+    assert not tracker.deferred
+    assert b._track(ORIGIN).read(lambda o: o.through, fresh=True) == 11
+
+
+def test_deferred_answers_are_bounded(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_store, "MAX_DEFERRED", 2)
+    (a,) = fleet(server, 1)
+    tracker = a._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.update(lambda o: None)  # the key read, the scripts loaded
+    before = _evalsha_calls(server)
+    for _ in range(3):
+        tracker.observe(200, Hints(), a.clock(), counted=False)
+    assert _evalsha_calls(server) - before == 1  # the third, with the two before it
+    assert not tracker.deferred
+    assert fleet(server, 1)[0]._track(ORIGIN).read(lambda o: o.through, fresh=True) == 3
+
+
+def test_deferred_answers_go_to_memory_when_redis_is_found_away(server: RedisServer) -> None:
+    (a,) = fleet(server, 1)
+    tracker = a._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.update(lambda o: setattr(o, "through", 10))
+    tracker.observe(200, Hints(), a.clock(), counted=False)
+    server.kill()
+    touch(tracker)
+    assert not tracker.link.up
+    assert not tracker.deferred
+    assert tracker.fallback.state.through == 11  # handed over with the copy
+    tracker.observe(200, Hints(), a.clock(), counted=False)  # down: in memory at once
+    assert tracker.fallback.state.through == 12
+
+
+def test_a_success_on_a_learned_rate_is_written_at_once(server: RedisServer) -> None:
+    """The controller measures the fleet's rate from those at any process's next throttle."""
+    a, b = fleet(server)
+    tracker = a._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.update(lambda o: setattr(o, "learned", True))
+    before = _evalsha_calls(server)
+    tracker.observe(200, Hints(), a.clock(), counted=False)
+    assert _evalsha_calls(server) - before == 1
+    assert b._track(ORIGIN).read(lambda o: o.through, fresh=True) == 1

@@ -470,3 +470,23 @@ def test_a_state_the_whole_fleet_shares_keeps_all_of_every_window() -> None:
     _first_report_after_the_reset(o, st.Settings(probe=0, shared=True))
     assert o.share == 1.0
     assert o.avail == 9
+
+
+@pytest.mark.parametrize(
+    ("status", "hints", "learned", "waits"),
+    [
+        (200, Hints(), False, True),
+        (200, Hints(remaining=5, limit=10, reset_after=1), True, True),
+        (304, Hints(remaining=5), False, True),
+        (200, Hints(), True, False),  # evidence of the rate the fleet got through
+        (200, Hints(remaining=0, limit=10, reset_after=1), False, False),
+        (200, Hints(retry_after=1.0), False, False),
+        (429, Hints(), False, False),
+        (503, Hints(), False, False),
+    ],
+)
+def test_which_answers_a_fleet_can_learn_a_step_later(
+    status: int, hints: Hints, learned: bool, waits: bool
+) -> None:
+    o = st.OriginState(learned=learned)
+    assert learning.can_wait(o, status, hints) is waits
