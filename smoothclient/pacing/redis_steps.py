@@ -1,5 +1,5 @@
 """
-The steps of a :class:`~.redis_store.RedisTracker`, each defined once as a generator of round trips.
+The steps of a :class:`~.redis_tracker.RedisTracker`, each defined once as a generator of trips.
 
 Every step is the pure transition of :mod:`.state` or :mod:`.learning`, what the in-memory
 fallback does instead when Redis is down, and, for a slot, what "busy" means (others wrote
@@ -21,7 +21,7 @@ from .state import Admission, OriginState
 from .store import MemoryTracker, Steps, done
 
 if TYPE_CHECKING:
-    from .redis_store import RedisTracker
+    from .redis_tracker import RedisTracker
 
 __all__ = ["RedisSteps"]
 

@@ -29,7 +29,7 @@ from smoothclient import (
     paced,
 )
 from smoothclient.hints import Hints, Quota
-from smoothclient.pacing import redis_store
+from smoothclient.pacing import redis_store, redis_tracker
 from smoothclient.pacing.redis_store import RedisTracker, redis_key
 from smoothclient.pacing.scopes import Bound
 from smoothclient.pacing.store import run_async, stepwise
@@ -214,7 +214,7 @@ def test_slow_answers_to_time_leave_the_fleet_clock_on_the_servers(server: Redis
 def test_a_crashed_process_counts_fade(
     server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redis_store, "COHORT_TTL", 0.3)
+    monkeypatch.setattr(redis_tracker, "COHORT_TTL", 0.3)
     a, b = fleet(server)
     a._track(ORIGIN).acquire(a.clock())  # waiting, and never sent: a crashed
     touch(b._track(ORIGIN))
@@ -841,7 +841,7 @@ def test_an_idle_processs_answers_go_with_its_next_read(server: RedisServer) -> 
 
 
 def test_deferred_answers_are_bounded(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redis_store, "MAX_DEFERRED", 2)
+    monkeypatch.setattr(redis_tracker, "MAX_DEFERRED", 2)
     (a,) = fleet(server, 1)
     tracker = a._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)

@@ -1,0 +1,541 @@
+"""
+One key of a Redis store: this process's copy of its state, and its steps' round trips.
+
+The design (keys, the fleet's clock, cohort counts, deferred answers, faults, concurrency)
+is described in :mod:`.redis_store`; each step is defined once in :mod:`.redis_steps`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..engine.decide import CohortView
+from ..hints.model import Hints
+from ..policy import RetryBudget
+from . import state as st
+from .codec import dump, load
+from .redis_link import Link, _Down
+from .redis_steps import RedisSteps
+from .state import Admission, OriginState, OriginView, Settings
+from .store import MemoryTracker, Steps, Trip, run
+
+__all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisTracker", "redis_key"]
+
+log = logging.getLogger("smoothclient.pacing")
+T = TypeVar("T")
+
+#: How long the fast lane trusts a process's copy of a healthy origin's state (seconds).
+TRUST = 0.1
+#: A process's cohort counts are dropped this long after it last wrote them (seconds).
+COHORT_TTL = 30.0
+#: Keys outlive the last time their state matters by this much (seconds).
+LINGER = 60.0
+#: At most this many answers wait on a process's copy for its next step; one more is written.
+MAX_DEFERRED = 64
+
+
+def _horizon(o: OriginState, settings: Settings, now: float) -> float:
+    """Seconds from ``now`` during which ``o`` still matters to anyone."""
+    ends = [o.gate, o.pace.tat, o.last_throttle + settings.quiet]
+    ends += [t for t in (o.reset_at, o.probe_until) if t is not None]
+    latest = max((t for t in ends if math.isfinite(t)), default=now)
+    return min(max(0.0, latest - now), 7 * 86400.0) + LINGER
+
+
+class RedisTracker:
+    """
+    A :class:`~smoothclient.pacing.store.Tracker` over one key in Redis (see the module).
+
+    Each step is written once, as a generator of round trips (:attr:`steps`, a
+    :class:`~.redis_steps.RedisSteps`); the plain methods drive it here (:func:`~.store.run`,
+    the sync client), async edges on asyncio drive the same generators on their event loop
+    (:func:`~.store.run_async`, ``redis.asyncio``). No lock is held across a round trip by an
+    async driver: ``lock`` guards the copy only while a step computes or adopts (no I/O).
+    Threads take ``turn`` across a whole sync step (so they queue, as on one connection,
+    instead of racing), but tasks race: the version check orders them. A step computes on the
+    copy in place, or on a private copy while another step's write of the copy is out (so a
+    change is never applied twice); its effect on this process's counts is applied at once and
+    taken back if its write fails.
+    """
+
+    def __init__(
+        self, key: str, settings: Settings, link: Link, fallback: MemoryTracker, me: str
+    ) -> None:
+        """Track ``key``; ``fallback`` serves while Redis is down; ``me`` names this process."""
+        self.key = key
+        self.redis_key = redis_key(key)
+        self.settings = settings
+        self.link = link
+        self.fallback = fallback
+        self.me = me
+        self.state = OriginState()
+        self.version = -1  # never read
+        self.others: dict[str, list[float]] = {}  # other processes' [waiting, in flight, when]
+        self.mine = [0, 0]  # this process's waiting and in flight
+        self.written = [-1, -1]  # what of them the key holds
+        self.text = ""  # the state as the key holds it
+        self.wrote_at = -math.inf  # when this process last wrote its counts (fleet clock)
+        self.synced = -math.inf  # when the copy was last read or written (monotonic)
+        self.epoch = 0  # counts the copy's replacements (a reply sent before one may be stale)
+        self.dirty: OriginState | None = None  # the copy, while a write of its change is out
+        self.deferred: list[Callable[[OriginState], object]] = []  # answers not yet written
+        self.lock = threading.Lock()  # the copy (never held across a round trip)
+        self.turn = threading.Lock()  # threads' sync steps, one at a time
+        self.healthy: Callable[[float], bool] = self._healthy
+
+    @property
+    def steps(self) -> RedisSteps:
+        """The steps as generators of round trips (what the edges drive)."""
+        return RedisSteps(self)  # made when asked: no cycle keeps a dropped store's client
+
+    def _take_turn(self) -> Steps[Any]:
+        """
+        The turn to hold across a step (its ``release()`` ends it), or ``None``.
+
+        Callers of one process queue for a key, as on one connection, instead of racing (N
+        writes on one version cost N round trips for the one that lands): a thread with no
+        event loop takes ``turn`` (a threading lock); a task on a loop asks its driver for
+        the loop's turn of the key (an asyncio lock, awaited: the loop never blocks on a
+        thread's step), waiting at most the store's timeout, then going on without: the
+        version check orders every writer anyway.
+        """
+        if asyncio.events._get_running_loop() is None:
+            self.turn.acquire()
+            return self.turn
+        try:
+            return (yield Trip(self.link, "turn", [self.redis_key], []))
+        except Exception:  # waited its bound for the others' steps
+            return None
+
+    # ------------------------------------------------------------------ the copy
+
+    def _adopt(self, version: int, text: Any, cohort: Any, now: float) -> None:
+        """Take what the key holds as the copy (caller holds ``lock``)."""
+        self.version = int(version)
+        self.text = text.decode() if isinstance(text, bytes) else str(text or "")
+        self.state = load(self.text) if self.text else OriginState()
+        self.epoch += 1
+        self._replay()
+        try:
+            entries = json.loads(cohort) if cohort else {}
+        except ValueError:
+            entries = {}
+        if not isinstance(entries, dict):
+            entries = {}
+        self.others = {
+            who: entry
+            for who, entry in entries.items()
+            if who != self.me
+            and isinstance(entry, list)
+            and len(entry) == 3
+            and all(isinstance(n, int | float) and math.isfinite(n) for n in entry)
+        }
+        self._fade(now, force=True)
+
+    def _newer(self, version: Any, epoch: int) -> bool:
+        """
+        Whether a reply holding ``version``, asked for at ``epoch``, is to be adopted.
+
+        Unless a newer copy came in since it was asked for: what Redis holds (the same
+        version too: the copy then drops changes not written, as each read always did; a write
+        of them still out puts its state back when it succeeds).  A key that expired or was
+        flushed starts again from 0: adopted when nothing came in since.
+        """
+        return int(version) >= self.version or epoch == self.epoch
+
+    def _fade(self, now: float, *, force: bool = False) -> None:
+        """Drop the counts of processes silent for :data:`COHORT_TTL` (crashed, say)."""
+        old = [who for who, entry in self.others.items() if entry[2] <= now - COHORT_TTL]
+        for who in old:
+            del self.others[who]
+        if old or force:
+            self._count()
+
+    def _count(self, state: OriginState | None = None) -> None:
+        state = self.state if state is None else state
+        state.waiting = max(0, self.mine[0]) + int(sum(e[0] for e in self.others.values()))
+        state.in_flight = max(0, self.mine[1]) + int(sum(e[1] for e in self.others.values()))
+
+    def _refresh(self, fresh: bool = False) -> Steps[None]:
+        """Read the key if the copy is older than :data:`TRUST` (or ``fresh``)."""
+        if not fresh and time.monotonic() - self.synced <= TRUST:
+            return
+        epoch, sent = self.epoch, time.monotonic()
+        reply = yield Trip(self.link, "read", [self.redis_key], [])
+        received = time.monotonic()
+        version, text, cohort, seconds, micros = reply
+        self.link.tick(seconds, micros, sent, received)
+        with self.lock:
+            if self._newer(version, epoch):
+                self._adopt(version, text, cohort, self.link.clock())
+            self.synced = max(self.synced, received)
+
+    def _step(
+        self,
+        step: Callable[[OriginState], T],
+        fallback: Callable[[MemoryTracker], T],
+        busy: Callable[[], T] | None = None,
+    ) -> Steps[T]:
+        """
+        ``step`` applied atomically across the fleet; in this process's memory if down.
+
+        Other processes (or tasks) writing first every time for longer than the store's
+        timeout: the answer is ``busy()`` (nothing taken: "not now"), or, without one, the
+        step's result on this process's copy.
+        """
+        turn = yield from self._take_turn()
+        try:
+            if not self.link.up:
+                return self._in_memory(fallback)
+            started = time.monotonic()
+            try:
+                while True:  # another process wrote first: again, on what it wrote
+                    result, unwritten = yield from self._try(step)
+                    if unwritten is None:
+                        return result
+                    if time.monotonic() - started > self.link.timeout:
+                        log.debug("%s: Redis busy with others' writes", self.key)
+                        if busy is not None:
+                            return busy()
+                        with self.lock:  # kept here (fail open), counts and all
+                            self.mine = [self.mine[0] + unwritten[0], self.mine[1] + unwritten[1]]
+                            self._count()
+                        return result
+            except _Down:
+                with self.lock:
+                    self._hand_over()
+                return self._in_memory(fallback)
+        finally:
+            if turn is not None:
+                turn.release()
+
+    def _in_memory(self, fallback: Callable[[MemoryTracker], T]) -> T:
+        """
+        A step taken in this process's memory (Redis is away), its change of counts kept too.
+
+        This process's counts are its own whatever store paces it: a request counted in
+        Redis and answered while Redis was away would otherwise stay in flight in the
+        counts written when Redis is back, and every window the fleet shares would admit
+        one request fewer for as long as this process lives.
+        """
+        with self.lock:
+            state = self.fallback.state
+            before = (state.waiting, state.in_flight)
+            result = fallback(self.fallback)
+            self.mine[0] += state.waiting - before[0]
+            self.mine[1] += state.in_flight - before[1]
+        return result
+
+    def _try(self, step: Callable[[OriginState], T]) -> Steps[tuple[T, list[int] | None]]:
+        """
+        ``step`` on the copy, written if nobody wrote since.
+
+        Its result, and ``None`` when written (or when nothing changed on a copy trusted still);
+        else the change of counts it would have made (the copy is now what is in Redis: try
+        again).
+
+        A step that changes the state is written at once, however old the copy: the write
+        checks the version, so it succeeds only if the copy was current, and a paced slot
+        costs one round trip.  A step that changes nothing on an old copy reads the key.  A
+        step on the copy itself carries the answers deferred on it (:meth:`defer`).
+        """
+        carried: list[Callable[[OriginState], object]] = []
+        with self.lock:
+            now = self.link.clock()
+            self._fade(now)
+            in_place = self.dirty is not self.state  # else another write of the copy is out
+            if in_place:
+                state = self.state
+            else:
+                state = load(self.text) if self.text else OriginState()
+                self._count(state)
+            before = (state.waiting, state.in_flight)
+            result = step(state)
+            delta = [state.waiting - before[0], state.in_flight - before[1]]
+            self.mine = [self.mine[0] + delta[0], self.mine[1] + delta[1]]
+            text = dump(state)
+            if (
+                text == self.text
+                and self.mine == self.written
+                and now - self.wrote_at < COHORT_TTL / 2
+            ):
+                if in_place:
+                    self.deferred.clear()  # what they changed is what the key holds
+                if time.monotonic() - self.synced <= TRUST:
+                    return result, None  # nothing changed (a poll that found no slot): no write
+                self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]
+                stale = True
+            else:
+                stale = False
+                counts = [max(0, self.mine[0]), max(0, self.mine[1])]
+                expected = list(self.mine)
+                cohort = dict(self.others)
+                cohort[self.me] = [*counts, now]
+                args = [
+                    self.version,
+                    text,
+                    json.dumps(cohort),
+                    int(_horizon(state, self.settings, now) * 1000),
+                ]
+                epoch = self.epoch
+                if in_place:
+                    self.dirty = state
+                    carried, self.deferred = self.deferred, []
+        if stale:
+            yield from self._refresh()  # an old copy: what does Redis hold now?
+            return result, delta
+        settled = False
+        try:
+            sent = time.monotonic()
+            reply = yield Trip(self.link, "save", [self.redis_key], args)
+            received = time.monotonic()
+            written, version, theirs, their_cohort, seconds, micros = reply
+            self.link.tick(seconds, micros, sent, received)
+            with self.lock:
+                settled = True
+                self._settle(state)
+                self.synced = max(self.synced, received)
+                if written:
+                    if int(version) > self.version:  # the newest the copy knows of
+                        self.version, self.text, self.written = int(version), text, expected
+                        if self.state is not state:
+                            self.state, self.epoch = state, self.epoch + 1
+                            self._replay()
+                            self._count()
+                        elif self.mine != expected:  # counts changed while it was out
+                            self._count()
+                    self.wrote_at = now
+                    return result, None
+                self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]  # not counted
+                self._requeue(carried)
+                if self._newer(version, epoch):
+                    self._adopt(version, theirs, their_cohort, self.link.clock())
+                elif self.state is state:  # a newer copy was written in between: not this one
+                    self._undo()
+                else:
+                    self._carry_over(carried)
+                return result, delta
+        finally:
+            if not settled:  # failed (_Down) or cancelled: nothing of it taken here
+                with self.lock:
+                    self._settle(state)
+                    self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]
+                    self.written = [-1, -1]  # whatever the key holds: written again next time
+                    self._requeue(carried)
+                    if self.state is state:
+                        self._undo()
+                    else:
+                        self._carry_over(carried)
+
+    def _settle(self, state: OriginState) -> None:
+        """A write of ``state`` came back (or never will): the copy's change is no longer out."""
+        if self.dirty is state:
+            self.dirty = None
+
+    def _undo(self) -> None:
+        """The copy's unwritten change is dropped: the copy is what the key held (caller locks)."""
+        self.state = load(self.text) if self.text else OriginState()
+        self.epoch += 1
+        self._replay()
+        self._count()
+
+    def _replay(self) -> None:
+        """The answers not yet written, applied again to a copy just replaced (caller locks)."""
+        for answer in self.deferred:
+            answer(self.state)
+
+    def _requeue(self, carried: list[Callable[[OriginState], object]]) -> None:
+        """A write that carried answers failed: they wait for the next (caller locks)."""
+        if carried:
+            self.deferred[:0] = carried
+
+    def _carry_over(self, carried: list[Callable[[OriginState], object]]) -> None:
+        """
+        A write that carried answers failed after the copy was replaced (caller locks).
+
+        The copy came from a write or a read that went while these answers were out with
+        the failed write: it lacks them.
+        """
+        for answer in carried:
+            answer(self.state)
+        self._count()
+
+    def _hand_over(self) -> None:
+        """Redis failed: the fallback goes on from the last state seen (caller holds ``lock``)."""
+        target = self.fallback.state
+        for f in dataclasses.fields(OriginState):
+            setattr(target, f.name, getattr(self.state, f.name))
+        target.waiting, target.in_flight = max(0, self.mine[0]), max(0, self.mine[1])
+        self.deferred.clear()  # on the copy, so in the fallback's state now
+        self.synced = -math.inf
+
+    def _local(self, change: Callable[[list[int]], None], fallback: Callable[[], None]) -> None:
+        """A change of this process's counts only: written with its next step."""
+        with self.lock:
+            change(self.mine)  # its own, whatever store paces it (:meth:`_in_memory`)
+            if self.link.up:
+                self._count()
+            else:
+                fallback()
+
+    def _read(self, look: Callable[[OriginState], T], fresh: bool) -> Steps[T]:
+        """
+        ``look`` at the copy (read again if older than TRUST, or ``fresh``).
+
+        Answers deferred on the copy are written instead of a read: the write's reply is as
+        fresh, and an idle process's last answers reach the fleet.
+        """
+        if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
+            with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
+                return look(self.state)
+        if self.deferred and self.link.up:
+            yield from self._step(_unchanged, _unchanged)
+        turn = yield from self._take_turn()
+        try:
+            if self.link.up:
+                try:
+                    yield from self._refresh(fresh)
+                    with self.lock:
+                        return look(self.state)
+                except _Down:
+                    with self.lock:
+                        self._hand_over()
+            return self.fallback.read(look)
+        finally:
+            if turn is not None:
+                turn.release()
+
+    def defer(
+        self,
+        answer: Callable[[OriginState], object],
+        counted: bool,
+        fallback: Callable[[MemoryTracker], object],
+    ) -> bool:
+        """
+        Take ``answer`` on the copy now; it goes to Redis with this process's next step.
+
+        For answers that close nothing: the fleet learns them a step later, and the request
+        that got them costs one round trip (its slot), not two.  ``counted``: the request
+        leaves this process's in-flight count at once.  False when :data:`MAX_DEFERRED`
+        answers already wait (write this one now, and them with it).
+        """
+        if not self.link.up:
+            self._in_memory(fallback)
+            return True
+        with self.lock:
+            if len(self.deferred) >= MAX_DEFERRED:
+                return False
+            if counted:
+                self.mine[1] -= 1
+            answer(self.state)
+            self.deferred.append(answer)
+            self._count()
+        return True
+
+    # ------------------------------------------------------------------ the protocol
+
+    def _healthy(self, now: float) -> bool:
+        return self.read(lambda o: st.healthy(o, now))
+
+    @property
+    def note_success(self) -> Callable[[float], None]:
+        """Note a plain success (on this process's copy: it goes out with the next step)."""
+        return self._note_success
+
+    def _note_success(self, now: float) -> None:
+        if self.link.up:
+            self.state.succeeded(now)
+        else:
+            self.fallback.note_success(now)
+
+    def try_now(self, now: float) -> bool:
+        return run(self.steps.try_now(now))
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        return run(self.steps.when(now, not_before=not_before, deadline=deadline))
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        return run(self.steps.acquire(now, not_before=not_before, deadline=deadline))
+
+    def sent(self) -> None:
+        def change(mine: list[int]) -> None:
+            mine[0] -= 1
+            mine[1] += 1
+
+        self._local(change, self.fallback.sent)
+
+    def cancel(self) -> None:
+        def change(mine: list[int]) -> None:
+            mine[0] -= 1
+
+        self._local(change, self.fallback.cancel)
+
+    def adopt(self) -> None:
+        def change(mine: list[int]) -> None:
+            mine[1] += 1
+
+        self._local(change, self.fallback.adopt)
+
+    def failed(self) -> None:
+        def change(mine: list[int]) -> None:
+            mine[1] -= 1
+            self.state.known = True
+
+        self._local(change, self.fallback.failed)
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> None:
+        run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
+
+    def cohort(self, now: float) -> CohortView:
+        return run(self.steps.cohort(now))
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> None:
+        run(self.steps.record_attempt(budget, now))
+
+    def try_retry(self, budget: RetryBudget, now: float) -> bool:
+        return run(self.steps.try_retry(budget, now))
+
+    def update(self, step: Callable[[OriginState], T]) -> T:
+        return run(self.steps.update(step))
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+        """``look`` at the copy (read again if older than TRUST, or ``fresh``); every view."""
+        if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
+            with self.lock:  # a trusted copy (the fast lane's usual case): no step to drive
+                return look(self.state)
+        return run(self.steps.read(look, fresh=fresh))
+
+    def view(self, now: float) -> OriginView:
+        key = self.key
+        return self.read(lambda o: st.view(key, o, now))
+
+
+def _unchanged(_: object) -> None:
+    """A step that changes nothing: a write of what the copy holds."""
+
+
+def redis_key(key: str, prefix: str = "smoothclient") -> str:
+    """The Redis key of a store key: ``origin`` or ``"origin scope"``, hash-tagged by origin."""
+    origin, _, scope = key.partition(" ")
+    tagged = f"{prefix}:{{{origin}}}"
+    return f"{tagged}:{scope}" if scope else tagged
