@@ -879,3 +879,41 @@ def test_a_success_on_a_learned_rate_is_written_at_once(server: RedisServer) -> 
     tracker.observe(200, Hints(), a.clock(), counted=False)
     assert _evalsha_calls(server) - before == 1
     assert b._track(ORIGIN).read(lambda o: o.through, fresh=True) == 1
+
+
+def test_an_answer_out_with_a_write_that_loses_a_race_stays_on_the_copy(
+    server: RedisServer,
+) -> None:
+    """
+    Three writes of one process, driven by hand: the first carries a deferred answer and
+    loses to the second; its failure is read after a third landed (the copy is newer than
+    the failure's reply).  The answer goes back on that copy, and out with the next write.
+    """
+    a, b = fleet(server)
+    tracker = a._track(ORIGIN)
+    assert isinstance(tracker, RedisTracker)
+    tracker.update(lambda o: setattr(o, "through", 10))  # the key read, the scripts loaded
+    tracker.observe(200, Hints(), a.clock(), counted=False)  # deferred: 11 on the copy
+
+    def start(limit: float) -> tuple[Any, Any]:
+        steps = tracker._try(lambda o: setattr(o, "limit", limit))
+        return steps, next(steps)
+
+    def finish(steps: Any, reply: Any) -> Any:
+        with pytest.raises(StopIteration) as stop:
+            steps.send(reply)
+        return stop.value.value
+
+    first, trip = start(1.0)  # on the copy: carries the answer
+    assert not tracker.deferred
+    second, other = start(2.0)  # a private copy while the first is out: carries nothing
+    assert finish(second, other.carrier.send(other))[1] is None  # written
+    lost = trip.carrier.send(trip)  # the first, at Redis after the second: refused
+    third, last = start(3.0)
+    assert finish(third, last.carrier.send(last))[1] is None  # written: the copy is newer
+    assert tracker.state.through == 10  # the answer is out with the first write
+    assert finish(first, lost)[1] is not None  # the first: not written
+    assert tracker.state.through == 11  # its answer back on the copy
+    assert len(tracker.deferred) == 1
+    tracker.update(lambda o: None)
+    assert b._track(ORIGIN).read(lambda o: (o.through, o.limit), fresh=True) == (11, 3.0)
