@@ -77,19 +77,19 @@ class RedisSteps:
     ) -> Steps[None]:
         s = self.t.settings
 
+        def learn(counted: bool) -> Callable[[OriginState], None]:
+            return lambda o: learning.observe(
+                o, s, status, hints, now, sent_at=sent_at, counted=counted
+            )
+
         def fallback(f: MemoryTracker) -> None:
             f.observe(status, hints, now, sent_at=sent_at, counted=counted)
 
         if learning.can_wait(self.t.state, status, hints) and self.t.defer(
-            lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=False),
-            counted,
-            fallback,
+            learn(False), counted, fallback
         ):
             return done(None)  # on the copy now, to Redis with the next step
-        return self.t._step(
-            lambda o: learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted),
-            fallback,
-        )
+        return self.t._step(learn(counted), fallback)
 
     def cohort(self, now: float) -> Steps[CohortView]:
         return self.read(lambda o: st.cohort(o, now))
