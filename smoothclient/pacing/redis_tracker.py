@@ -398,6 +398,7 @@ class RedisTracker:
                 return look(self.state)
         if self.deferred and self.link.up:
             yield from self._step(_unchanged, _unchanged)
+            fresh = False  # the write's reply (or what it adopted) is as fresh as a read
         turn = yield from self._take_turn()
         try:
             if self.link.up:

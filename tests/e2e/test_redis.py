@@ -838,6 +838,10 @@ def test_an_idle_processs_answers_go_with_its_next_read(server: RedisServer) -> 
     assert _evalsha_calls(server) - before == 1  # the write, no read after it
     assert not tracker.deferred
     assert b._track(ORIGIN).read(lambda o: o.through, fresh=True) == 11
+    tracker.observe(200, Hints(), a.clock(), counted=False)
+    before = _evalsha_calls(server)
+    assert tracker.read(lambda o: o.through, fresh=True) == 12  # asked for fresh: the write is
+    assert _evalsha_calls(server) - before == 1
 
 
 def test_deferred_answers_are_bounded(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
