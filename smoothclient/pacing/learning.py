@@ -91,9 +91,14 @@ def can_wait(o: OriginState, status: int, hints: Hints) -> bool:
     others at once, and so does a success that says no quota on an origin paced by a learned
     rate: the controller measures the rate the fleet got through from those, at the next
     throttle of any process (late, they read the fleet's rate low and cut it too far: a
-    fleet of three against nginx took 1.6x instead of 1.02x).
+    fleet of three against nginx took 1.6x instead of 1.02x).  So does the answer others
+    wait for: while a probe is out (the cold-start probe of an origin not yet known, a
+    window's reset probe or early probe), the others hold back until it is answered (late,
+    a fleet through Redis sometimes sent a window's requests one window late).
     """
     if status >= 400 or hints.retry_after is not None or hints.exhausted:
+        return False
+    if not o.known or o.reset_probe is not None or o.early_sent is not None:
         return False
     return hints.remaining is not None or not o.learned
 

@@ -32,6 +32,7 @@ from smoothclient.hints import Hints, Quota
 from smoothclient.pacing import redis_store, redis_tracker
 from smoothclient.pacing.redis_store import RedisTracker, redis_key
 from smoothclient.pacing.scopes import Bound
+from smoothclient.pacing.state import OriginState
 from smoothclient.pacing.store import run_async, stepwise
 from smoothclient.tools.redis_server import RedisServer
 from smoothclient.tools.server import LimitedServer
@@ -733,6 +734,11 @@ def test_a_ready_asyncio_client_is_accepted(server: RedisServer) -> None:
         assert client.hget(redis_key(ORIGIN), "v") == b"1"  # written through the given client
 
 
+def _answered_before(o: OriginState) -> None:
+    """An origin that answered before: known (its first answer is written at once), 10 through."""
+    o.known, o.through = True, 10
+
+
 def _evalsha_calls(server: RedisServer) -> int:
     """How many scripts Redis has run (its own count: every step is one EVALSHA)."""
     with redis.Redis.from_url(server.url) as admin:
@@ -783,7 +789,7 @@ def test_a_deferred_answer_reaches_the_fleet_once_with_the_next_step(server: Red
     a, b = fleet(server)
     tracker = a._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
-    tracker.update(lambda o: setattr(o, "through", 10))
+    tracker.update(_answered_before)
 
     def through(pacer: Pacer) -> int:
         return int(pacer._track(ORIGIN).read(lambda o: o.through, fresh=True))
@@ -817,7 +823,7 @@ def test_an_answer_that_closes_something_is_written_at_once(
     a, b = fleet(server)
     tracker = a._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
-    tracker.update(lambda o: setattr(o, "through", 10))
+    tracker.update(_answered_before)
     before = _evalsha_calls(server)
     tracker.observe(status, hints, a.clock(), counted=False)
     assert _evalsha_calls(server) - before == 1
@@ -830,7 +836,7 @@ def test_an_idle_processs_answers_go_with_its_next_read(server: RedisServer) -> 
     a, b = fleet(server)
     tracker = a._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
-    tracker.update(lambda o: setattr(o, "through", 10))
+    tracker.update(_answered_before)
     tracker.observe(200, Hints(), a.clock(), counted=False)
     tracker.synced -= redis_store.TRUST  # the copy no longer trusted
     before = _evalsha_calls(server)
@@ -849,20 +855,20 @@ def test_deferred_answers_are_bounded(server: RedisServer, monkeypatch: pytest.M
     (a,) = fleet(server, 1)
     tracker = a._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
-    tracker.update(lambda o: None)  # the key read, the scripts loaded
+    tracker.update(_answered_before)  # the key read, the scripts loaded
     before = _evalsha_calls(server)
     for _ in range(3):
         tracker.observe(200, Hints(), a.clock(), counted=False)
     assert _evalsha_calls(server) - before == 1  # the third, with the two before it
     assert not tracker.deferred
-    assert fleet(server, 1)[0]._track(ORIGIN).read(lambda o: o.through, fresh=True) == 3
+    assert fleet(server, 1)[0]._track(ORIGIN).read(lambda o: o.through, fresh=True) == 13
 
 
 def test_deferred_answers_go_to_memory_when_redis_is_found_away(server: RedisServer) -> None:
     (a,) = fleet(server, 1)
     tracker = a._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
-    tracker.update(lambda o: setattr(o, "through", 10))
+    tracker.update(_answered_before)
     tracker.observe(200, Hints(), a.clock(), counted=False)
     server.kill()
     touch(tracker)
@@ -896,7 +902,7 @@ def test_an_answer_out_with_a_write_that_loses_a_race_stays_on_the_copy(
     a, b = fleet(server)
     tracker = a._track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
-    tracker.update(lambda o: setattr(o, "through", 10))  # the key read, the scripts loaded
+    tracker.update(_answered_before)  # the key read, the scripts loaded
     tracker.observe(200, Hints(), a.clock(), counted=False)  # deferred: 11 on the copy
 
     def start(limit: float) -> tuple[Any, Any]:

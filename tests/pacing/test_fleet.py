@@ -488,5 +488,20 @@ def test_a_state_the_whole_fleet_shares_keeps_all_of_every_window() -> None:
 def test_which_answers_a_fleet_can_learn_a_step_later(
     status: int, hints: Hints, learned: bool, waits: bool
 ) -> None:
-    o = st.OriginState(learned=learned)
+    o = st.OriginState(known=True, learned=learned)
     assert learning.can_wait(o, status, hints) is waits
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        {"known": False},
+        {"known": True, "reset_probe": 3.0},
+        {"known": True, "early_sent": (3.0, 4.0)},
+    ],
+)
+def test_an_answer_others_wait_for_never_waits(probe: dict[str, object]) -> None:
+    """A probe is out: the others hold back until it is answered."""
+    o = st.OriginState(**probe)  # type: ignore[arg-type]
+    assert not learning.can_wait(o, 200, Hints(remaining=5, limit=10, reset_after=1))
+    assert learning.can_wait(st.OriginState(known=True), 200, Hints(remaining=5))
