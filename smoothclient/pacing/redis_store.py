@@ -29,7 +29,7 @@ atomic across the fleet.
   next slot), or, when none comes, instead of its next read of the key (the copy is trusted
   :data:`TRUST` seconds); until written it is applied again to every state adopted from
   Redis, so none is lost or taken twice.  Any other answer (a throttle, a spent quota, a
-  ``Retry-After``) is written at once: the fleet stops at once.
+  ``Retry-After``, the answer to a probe the others wait for) is written at once.
 - **Healthy origins cost nothing**: the fast lane trusts this process's copy for
   :data:`TRUST` seconds before it reads the key again.
 - **Faults fail open**: Redis down, slow (over ``timeout``) or erroring, and the store falls
