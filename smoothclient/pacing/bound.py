@@ -108,6 +108,31 @@ def split(
     return seen
 
 
+def _sole(b: Bound, status: int, hints: Hints) -> Tracker | None:
+    """
+    The one scope that learns all of a response, in the common case (as :func:`split` has it).
+
+    A success on a route bound by one scope alone (its origin healthy, no scope given) whose
+    quotas are all that scope's, with no timing for the host: only the scope learns from it
+    (the origin notes a success).  ``None``: any other case, for :func:`split` to share out.
+    """
+    scopes = b.scopes
+    if (
+        len(scopes) != 1
+        or status >= 400
+        or b.origin_bound
+        or b.given
+        or hints.retry_after is not None
+        or hints.should_retry is not None
+    ):
+        return None
+    name, tracker = scopes[0]
+    for quota in hints.quotas:
+        if quota.scope != name:
+            return None
+    return tracker
+
+
 class _TryNow(Protocol):
     """:meth:`Tracker.try_now`'s shape (its parameter named, as the protocol's)."""
 
@@ -233,7 +258,12 @@ class Bound:
         counted: bool = True,
     ) -> None:
         """Each tracker learns its part; scopes named on this route are remembered."""
-        run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
+        sole = _sole(self, status, hints)
+        if sole is None:
+            run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
+            return
+        sole.observe(status, hints, now, sent_at=sent_at, counted=counted)
+        self.origin.note_success(now)
 
     def cohort(self, now: float) -> CohortView:
         """The tightest of the cohorts: most waiting, lowest rate, latest opening."""
@@ -336,21 +366,12 @@ class BoundSteps:
     ) -> Steps[None]:
         """Each tracker learns its part; scopes named on this route are remembered."""
         b = self.b
-        scopes = b.scopes
-        if (
-            len(scopes) == 1
-            and status < 400
-            and not b.origin_bound
-            and not b.given
-            and hints.retry_after is None
-            and hints.should_retry is None
-            and all(quota.scope == scopes[0][0] for quota in hints.quotas)
-        ):  # the common case, as split() would have it: all of it is the one scope's
-            yield from stepwise(scopes[0][1]).observe(
-                status, hints, now, sent_at=sent_at, counted=counted
-            )
+        sole = _sole(b, status, hints)
+        if sole is not None:
+            yield from stepwise(sole).observe(status, hints, now, sent_at=sent_at, counted=counted)
             b.origin.note_success(now)
             return
+        scopes = b.scopes
         named = tuple(dict.fromkeys(q.scope for q in hints.quotas if q.scope is not None))
         fresh: dict[str, Tracker] = {}
         if named and not b.given:

@@ -10,6 +10,7 @@ import pytest
 from smoothclient import GITHUB_SCOPES, Pacer, ScopeRequest, ScopeRule, ScopeRules, read_hints
 from smoothclient.hints.model import Hints, Quota, hints_of
 from smoothclient.pacing.scopes import Bound, OriginScopes, names_of, split, template
+from smoothclient.pacing.store import run
 from smoothclient.testing import FakeClock
 
 ORIGIN = "https://api.test:443"
@@ -268,3 +269,32 @@ def test_bound_cohort_is_the_tightest() -> None:
     assert cohort.admitted_rate is not None
     bound.note_success(1.0)
     assert bound.view(0.0).origin == ORIGIN
+
+
+@pytest.mark.parametrize("driver", ["sync", "steps"])
+@pytest.mark.parametrize("origin_bound", [False, True])
+def test_a_route_with_one_scope_releases_every_tracker_that_counted_it(
+    driver: str, origin_bound: bool
+) -> None:
+    # The common case (one scope, a success naming only it) takes a shortcut past split():
+    # the scope learns the quota; the origin is released too when it admitted the request.
+    pacer = Pacer(clock=FakeClock(0.0), probe=0)
+    book = OriginScopes(pacer._track)
+    bound = Bound(
+        pacer._track(ORIGIN),
+        book.pairs(("x a",)),
+        given=(),
+        route="GET /",
+        book=book,
+        origin_bound=origin_bound,
+    )
+    bound.adopt()
+    hints = hints_of([q("x a", 7)])
+    if driver == "sync":
+        bound.observe(200, hints, 1.0)
+    else:
+        run(bound.steps.observe(200, hints, 1.0))
+    origin, scope = pacer._track(ORIGIN).view(1.0), pacer._track("x a").view(1.0)
+    assert (origin.in_flight, scope.in_flight) == (0, 0)
+    assert scope.remaining == 7
+    assert origin.remaining is None  # the scope's quota is not the host's
