@@ -116,9 +116,13 @@ def read_fields(
     now: float | None = None,
     reset_format: ResetFormat = "auto",
 ) -> Hints:
-    """:func:`read_hints` of a container read through ``access`` (the edges' fast path)."""
-    if not _fields.scan(headers, access):
-        return _EMPTY  # the common case: nothing to read
+    """
+    :func:`read_hints` of a container read through ``access`` (the edges' fast path).
+
+    No :func:`has_hints` first: collecting the fields looks at every name once anyway (a
+    response with none to read gives none), and the edges call this only on responses that
+    may well carry some (they ask :func:`has_hints` themselves where most carry none).
+    """
     try:
         found = collect(headers, access)
     except Exception:  # never crash on server input (or an odd container)

@@ -920,3 +920,17 @@ def test_wants_body(status: int, headers: dict[str, str], expected: bool) -> Non
 def test_wants_body_odd_values() -> None:
     assert not wants_body(429, {"content-type": "application/json", "content-length": "٣"})
     assert not wants_body(429, [("content-type", "application/json")])  # no .get: no body
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Server": "nginx", "Content-Type": "application/json"},
+        {"Date": "Sun, 06 Nov 1994 08:49:37 GMT", "Age": "5", "Server": "nginx"},
+        [("Date", "Sun, 06 Nov 1994 08:49:37 GMT"), ("date", "garbage")],
+    ],
+)
+def test_headers_with_no_hint_field_read_as_no_hints(headers: object) -> None:
+    """Only context fields (Date, Age) or none at all: nothing, whichever access reads them."""
+    assert read_hints(headers, now=NOW) == Hints()
