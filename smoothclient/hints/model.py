@@ -175,15 +175,27 @@ def make_quota(
     return Quota(source, remaining, limit, window, reset_after, unit)
 
 
-_SCOPE = re.compile(r"[A-Za-z0-9_.:/~+-]{1,64}")
-
-
 def scope_name(value: str | None) -> str | None:
     """A server's scope name if it is a plain token of at most 64 characters, else ``None``."""
     if value is None:
         return None
-    value = value.strip()
-    return value if _SCOPE.fullmatch(value) else None
+    known = _NAMES.get(value, _UNSET)
+    if not isinstance(known, _Unset):
+        return known  # a server names the same few scopes on every response: remembered
+    stripped = value.strip()
+    found = stripped if _SCOPE.fullmatch(stripped) else None
+    if len(value) <= 2 * _SCOPE_LENGTH:  # never a long value (a hostile server's)
+        if len(_NAMES) >= MAX_NAMES:
+            _NAMES.clear()  # a server names a few: all forgotten at once when full
+        _NAMES[value] = found
+    return found
+
+
+_SCOPE_LENGTH = 64
+_SCOPE = re.compile(rf"[A-Za-z0-9_.:/~+-]{{1,{_SCOPE_LENGTH}}}")
+#: value -> its scope name (``None``: none); at most MAX_NAMES
+_NAMES: dict[str, str | None] = {}
+MAX_NAMES = 1024
 
 
 def binding(quotas: Sequence[Quota]) -> Quota | None:

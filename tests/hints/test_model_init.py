@@ -1,4 +1,4 @@
-"""Hints and Quota keep a frozen dataclass's behaviour with their slot-storing __init__."""
+"""Hints and Quota act as frozen dataclasses with their slot-storing __init__; scope names."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from smoothclient.hints import Hints, Quota
+from smoothclient.hints import Hints, Quota, model
 from smoothclient.hints.sfv import Item
 
 
@@ -61,3 +61,20 @@ def test_a_default_factory_gives_each_instance_its_own() -> None:
     assert first.params is not second.params
     assert Item(2, {"q": 5}).params == {"q": 5}
     assert repr(inspect.signature(Item).parameters["params"].default) == "<factory>"
+
+
+def test_scope_names_are_remembered_boundedly_and_never_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(model, "_NAMES", {})
+    monkeypatch.setattr(model, "MAX_NAMES", 3)
+    assert model.scope_name(" core ") == "core"
+    assert model.scope_name("a b") is None  # not a token
+    assert model.scope_name("x" * 65) is None  # too long a name
+    assert model.scope_name(None) is None
+    assert model._NAMES == {" core ": "core", "a b": None, "x" * 65: None}
+    assert model.scope_name(" core ") == "core"  # remembered
+    assert model.scope_name("y" * 5000) is None
+    assert "y" * 5000 not in model._NAMES  # a hostile value is never kept
+    assert model.scope_name("search") == "search"  # the table was full: forgotten at once
+    assert model._NAMES == {"search": "search"}
