@@ -92,9 +92,9 @@ class FastLane:
 
     A request to a healthy origin (or to a paced one with a slot free right now) is sent at
     once; a response that ends the call (a success, or an error status no policy retries) is
-    learned from and returned with no generator and, for a healthy origin without hints, no
-    lock.  Anything else (a status that may be retried, an exception) goes on into the call
-    flow as its first attempt.
+    learned from and returned with no generator and, for an origin still healthy and a
+    response without hints, no lock.  Anything else (a status that may be retried, an
+    exception) goes on into the call flow as its first attempt.
     """
 
     __slots__ = ("_access", "_policy", "_retry_statuses", "bind", "pacer")
@@ -158,7 +158,9 @@ class FastLane:
                 return None  # the flow decides (and records why)
             tracker = self.learner(tracker, hints, origin, request)
             tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is _ADMITTED)
-        elif lane is not _HEALTHY or has_hints(headers, self._access):
+        elif lane is not _HEALTHY or has_hints(headers, self._access) or not tracker.healthy(now):
+            # (sent to a healthy origin that is paced now, a throttle of another request
+            # since: its answer is the rate controller's evidence, as a paced request's is)
             hints = read_fields(headers, self._access)
             tracker = self.learner(tracker, hints, origin, request)
             tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is _ADMITTED)
@@ -248,7 +250,11 @@ class FastLane:
             yield from stepwise(tracker).observe(
                 status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED
             )
-        elif lane is not Lane.HEALTHY or has_hints(headers, self._access):
+        elif (
+            lane is not Lane.HEALTHY
+            or has_hints(headers, self._access)
+            or not (yield from stepwise(tracker).healthy(now))
+        ):
             hints = read_fields(headers, self._access)
             tracker = yield from self.learner_steps(tracker, hints, origin, request)
             yield from stepwise(tracker).observe(
