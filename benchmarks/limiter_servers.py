@@ -24,6 +24,9 @@ How many requests each limiter admits at once, and how fast afterwards (checked 
 - nginx ``rate=R burst=B nodelay``: a leaky bucket counted in milliseconds; it admits ``B + 1``
   at once (the first request finds an empty bucket, then ``B`` more fit), then one per ``1/R``
   s: a token bucket of ``B + 1`` tokens refilled at ``R``/s.
+- nginx ``rate=R burst=B`` (no ``nodelay``, nginx's default): the same bucket, but a request
+  that finds it full up to ``B`` waits in a queue and is answered when its turn comes (one per
+  ``1/R`` s); beyond that, rejected.  A client sees slow successes, not only 429s.
 - slowapi / limits fixed window ``L/W``: the window starts at the first hit after the last one
   expired (in-memory storage: not aligned to the clock); every hit counts, admitted or not.
 - slowapi / limits moving window ``L/W``: at most ``L`` admitted in any ``W`` seconds (only
@@ -262,7 +265,7 @@ http {{
         root {tmp}/www;
         # a static file, not "return": return runs before limit_req and nothing is limited
         location / {{
-            limit_req zone=bench burst={burst} nodelay;
+            limit_req zone=bench burst={burst}{nodelay};
 {error_page}        }}
 {throttled}    }}
 }}
@@ -279,13 +282,19 @@ _RETRY_AFTER_LOCATION = """\
 
 @contextlib.contextmanager
 def nginx_limit_req(
-    rate: int = 10, burst: int = 5, *, retry_after: int | None = None, name: str = "nginx"
+    rate: int = 10,
+    burst: int = 5,
+    *,
+    retry_after: int | None = None,
+    name: str = "nginx",
+    queue: bool = False,
 ) -> Iterator[Running]:
     """
     nginx ``limit_req zone rate=RATEr/s; limit_req burst=BURST nodelay; limit_req_status 429``.
 
     Admits ``burst + 1`` at once (see the module docstring).  ``retry_after=N`` adds
-    ``Retry-After: N`` to its 429s (through ``error_page``), nothing else.
+    ``Retry-After: N`` to its 429s (through ``error_page``), nothing else.  ``queue``: no
+    ``nodelay`` (nginx's default): requests over the rate wait in its queue, up to ``burst``.
     """
     binary = ensure_nginx()
     tmp = Path(tempfile.mkdtemp(prefix="limiter-nginx-"))
@@ -302,6 +311,7 @@ def nginx_limit_req(
                 port=port,
                 rate=rate,
                 burst=burst,
+                nodelay="" if queue else " nodelay",
                 error_page=_RETRY_AFTER_PAGE if retry_after is not None else "",
                 throttled=_RETRY_AFTER_LOCATION.format(seconds=retry_after)
                 if retry_after is not None
@@ -361,7 +371,7 @@ def nginx_limit_req(
         "bucket",
         burst + 1,
         rate=float(rate),
-        note=f"nginx limit_req rate={rate}r/s burst={burst} nodelay",
+        note=f"nginx limit_req rate={rate}r/s burst={burst}{'' if queue else ' nodelay'}",
     )
     try:
         yield Running(name, start(), limit, arrivals, reset)
@@ -609,12 +619,14 @@ def _child_main(argv: list[str]) -> None:
 # ---------------------------------------------------------------- probing
 
 
-def probe(running: Running, n: int | None = None) -> dict[str, Any]:
+def probe(running: Running, n: int | None = None, *, at_once: bool = False) -> dict[str, Any]:
     """
     Send ``n`` GETs one after another (default: free + 4) and keep the first 200 and 429.
 
     Returns the statuses in order and the raw headers of the first 200 and the first 429;
-    used to check a limiter really limits and to show what it sends.
+    used to check a limiter really limits and to show what it sends.  ``at_once``: all ``n``
+    together, from threads (statuses in the order they came back): a queueing limiter answers
+    requests sent one after another late, never 429.
     """
     import httpx
 
@@ -622,11 +634,21 @@ def probe(running: Running, n: int | None = None) -> dict[str, Any]:
     statuses: list[int] = []
     samples: dict[int, list[tuple[str, str]]] = {}
     with httpx.Client(base_url=running.url, timeout=10) as client:
-        for _ in range(n):
+
+        def get() -> None:
             r = client.get("/work")
             statuses.append(r.status_code)
-            if r.status_code not in samples:
-                samples[r.status_code] = [(k, v) for k, v in r.headers.items()]
+            samples.setdefault(r.status_code, [(k, v) for k, v in r.headers.items()])
+
+        if not at_once:
+            for _ in range(n):
+                get()
+        else:
+            threads = [threading.Thread(target=get) for _ in range(n)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
     return {"statuses": statuses, "samples": samples, "at": time.time()}
 
 

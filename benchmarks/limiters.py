@@ -4,14 +4,16 @@ smoothclient and its peers against real server-side rate limiters, on 127.0.0.1.
 Servers (benchmarks/limiter_servers.py; each cell starts on a fresh limiter):
 
   nginx          nginx limit_req 10r/s burst 5 nodelay (a bucket of 6): bare 429s, no headers
+  nginx-queue    the same without nodelay (nginx's default): up to 5 over the rate wait in
+                 its queue and succeed late, the rest get bare 429s
   fixed-window   slowapi (limits) fixed window 10/second, X-RateLimit-* + Retry-After
   moving-window  slowapi (limits) moving window 20/second, same headers
   fixed-window-3s  slowapi (limits) fixed window 30 per 3 seconds, same headers
   retry-after    nginx limit_req 5r/s burst 2 nodelay (a bucket of 3) + "Retry-After: 1" only
   control-*      smoothclient's own LimitedServer 10/s burst 5, "ietf" and "github" styles
 
-Scenarios: a herd (N GETs at once from one process: 60 on nginx, fixed-window and the
-controls, 100 on moving-window, 90 on fixed-window-3s, 30 on retry-after), and fleets of 3
+Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, fixed-window
+and the controls, 100 on moving-window, 90 on fixed-window-3s, 30 on retry-after), and fleets of 3
 and 6 OS processes (spawned, released together by a barrier, sharing nothing) of 20 GETs at
 once each, against nginx, fixed-window and retry-after.  Clients (one GET per call,
 retrying 429/503 until it succeeds, at most 50 attempts, waits capped at 30 s, 60 s request
@@ -122,6 +124,7 @@ REDIS_ENV = "SMOOTHCLIENT_BENCH_REDIS"
 SERVERS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Running]], str]] = {
     # name: (factory, how the httpx clients run: "async" or "threads")
     "nginx": (lambda: nginx_limit_req(10, 5, name="nginx"), "async"),
+    "nginx-queue": (lambda: nginx_limit_req(10, 5, name="nginx-queue", queue=True), "async"),
     "fixed-window": (lambda: slowapi_server("fixed-window", 10, 1), "async"),
     "moving-window": (lambda: slowapi_server("moving-window", 20, 1), "async"),
     "fixed-window-3s": (lambda: slowapi_server("fixed-window", 30, 3), "async"),
@@ -145,6 +148,7 @@ class Scenario:
 
 SCENARIOS = [
     Scenario("nginx 60", "nginx", 60),
+    Scenario("nginx queue 60", "nginx-queue", 60),
     Scenario("fixed-window 60", "fixed-window", 60),
     Scenario("moving-window 100", "moving-window", 100),
     Scenario("fixed-window 3s 90", "fixed-window-3s", 90),
@@ -630,7 +634,7 @@ def run_lane(
         factory, mode = SERVERS[server_name]
         try:
             with factory() as server:
-                check = probe(server)
+                check = probe(server, at_once=True)
                 if 429 not in check["statuses"]:
                     print(f"{server_name}: no 429 in a burst: {check['statuses']}", file=sys.stderr)
                     continue
@@ -660,6 +664,7 @@ def run_lane(
 # the limits the servers above enforce (checked at run time: Running.limit), for planning only
 PLANNED = {
     "nginx": Limit("bucket", 6, rate=10),
+    "nginx-queue": Limit("bucket", 6, rate=10),
     "fixed-window": Limit("fixed-window", 10, window=1),
     "moving-window": Limit("moving-window", 20, window=1),
     "fixed-window-3s": Limit("fixed-window", 30, window=3),
