@@ -43,34 +43,24 @@ def known_origin() -> tuple[FakeClock, Pacer, FastLane]:
 
 
 @pytest.mark.parametrize("driver", ["sync", "steps"])
-def test_an_answer_to_a_healthy_origin_paced_since_is_learned_from(driver: str) -> None:
-    # Sent while the origin was healthy (uncounted, no lock); before its answer came back,
-    # other requests' throttles paced it.  Its success is the rate controller's evidence
-    # (it went before the cut): a queueing limiter (nginx limit_req without nodelay) answers
-    # the requests it held late, and a process that only noted them crawled up from the
-    # floor (9.2 s instead of 6.1 s for 60 calls at 10 r/s).
+@pytest.mark.parametrize("paced_since", [False, True])
+def test_a_plain_success_sent_to_a_healthy_origin(driver: str, paced_since: bool) -> None:
+    # Sent while the origin was healthy: uncounted, and its plain success only noted (no
+    # lock).  Unless other requests' throttles paced the origin before it came back: then
+    # it is the rate controller's evidence (it went before the cut).  A queueing limiter
+    # (nginx limit_req without nodelay) answers the requests it held late, and a process
+    # that only noted them crawled up from the floor (9.2 s instead of 6.1 s for 60 calls).
     clock, pacer, lane = known_origin()
     entry, tracker, sent_at = lane.enter(ORIGIN)
     assert entry is Lane.HEALTHY
     assert isinstance(tracker, MemoryTracker)
     clock.advance(0.1)
-    for _ in range(12):  # a herd's first wave, throttled
-        tracker.observe(429, Hints(), clock(), sent_at=clock(), counted=False)
-    assert pacer.view(ORIGIN).learned
-    through = tracker.state.through
-    assert leave(lane, driver, tracker, entry, sent_at, Answer(200), ORIGIN) is not None
-    assert tracker.state.through == through + 1  # observed, not only noted
-    assert pacer.view(ORIGIN).in_flight == 0  # it was never counted: nothing to release
-
-
-@pytest.mark.parametrize("driver", ["sync", "steps"])
-def test_a_plain_success_on_a_healthy_origin_is_only_noted(driver: str) -> None:
-    clock, _pacer, lane = known_origin()
-    entry, tracker, sent_at = lane.enter(ORIGIN)
-    assert entry is Lane.HEALTHY
-    assert isinstance(tracker, MemoryTracker)
+    if paced_since:
+        for _ in range(12):  # a herd's first wave, throttled
+            tracker.observe(429, Hints(), clock(), sent_at=clock(), counted=False)
+        assert pacer.view(ORIGIN).learned
     through, successes = tracker.state.through, len(tracker.state.successes)
-    clock.advance(0.01)
     assert leave(lane, driver, tracker, entry, sent_at, Answer(200), ORIGIN) is not None
-    assert tracker.state.through == through  # the lock-free note: no learning step
+    assert tracker.state.through == through + paced_since  # learned from, or only noted
     assert len(tracker.state.successes) == successes + 1
+    assert pacer.view(ORIGIN).in_flight == 0  # it was never counted: nothing to release
