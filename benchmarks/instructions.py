@@ -14,6 +14,7 @@ Run: python benchmarks/instructions.py [--requests 500]
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -47,6 +48,9 @@ def count(server: str, wrapped: bool, requests: int) -> int:
         capture_output=True,
         text=True,
         check=True,
+        # string hashes differ run to run (dict probes with them): about 2,000 instructions a
+        # request either way, as much as a small hot-path change saves
+        env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     found = re.search(r"Collected : (\d+)", done.stderr)
     if found is None:
