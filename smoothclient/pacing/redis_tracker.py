@@ -164,9 +164,13 @@ class RedisTracker:
         state.waiting = max(0, self.mine[0]) + int(sum(e[0] for e in self.others.values()))
         state.in_flight = max(0, self.mine[1]) + int(sum(e[1] for e in self.others.values()))
 
+    def _trusted(self) -> bool:
+        """Whether the copy was read or written within :data:`TRUST` seconds."""
+        return time.monotonic() - self.synced <= TRUST
+
     def _refresh(self, fresh: bool = False) -> Steps[None]:
         """Read the key if the copy is older than :data:`TRUST` (or ``fresh``)."""
-        if not fresh and time.monotonic() - self.synced <= TRUST:
+        if not fresh and self._trusted():
             return
         epoch, sent = self.epoch, time.monotonic()
         reply = yield Trip(self.link, "read", [self.redis_key], [])
@@ -269,7 +273,7 @@ class RedisTracker:
             ):
                 if in_place:
                     self.deferred.clear()  # what they changed is what the key holds
-                if time.monotonic() - self.synced <= TRUST:
+                if self._trusted():
                     return result, None  # nothing changed (a poll that found no slot): no write
                 self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]
                 stale = True
@@ -393,7 +397,7 @@ class RedisTracker:
         Answers deferred on the copy are written instead of a read: the write's reply is as
         fresh, and an idle process's last answers reach the fleet.
         """
-        if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
+        if not fresh and self._trusted() and self.link.up:
             with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
                 return look(self.state)
         if self.deferred and self.link.up:
@@ -521,7 +525,7 @@ class RedisTracker:
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
         """``look`` at the copy (read again if older than TRUST, or ``fresh``); every view."""
-        if not fresh and time.monotonic() - self.synced <= TRUST and self.link.up:
+        if not fresh and self._trusted() and self.link.up:
             with self.lock:  # a trusted copy (the fast lane's usual case): no step to drive
                 return look(self.state)
         return run(self.steps.read(look, fresh=fresh))
