@@ -8,6 +8,9 @@ enforces (so the ideal drain time can be computed) and the arrivals it saw (serv
   ``nginx-light`` when missing and root).  Bare 429s: no ``Retry-After``, no quota headers.
   With ``retry_after=N`` its 429s go through ``error_page`` to a location that adds
   ``Retry-After: N`` and nothing else: that is the "Retry-After only" server.
+- :func:`nginx_limit_conn`: nginx's ``limit_conn``, a concurrency limit: at most N requests
+  at a time, each served in a fixed time (the echo module's ``echo_sleep``; Debian's
+  ``nginx-light`` has it), bare 429s for the rest.
 - :func:`slowapi_server`: a Starlette app limited by slowapi (on the ``limits`` package),
   ``fixed-window`` or ``moving-window``, ``headers_enabled=True``, served by uvicorn.
 - :func:`limited_server`: smoothclient's own token-bucket test server, as a control.
@@ -27,6 +30,8 @@ How many requests each limiter admits at once, and how fast afterwards (checked 
 - nginx ``rate=R burst=B`` (no ``nodelay``, nginx's default): the same bucket, but a request
   that finds it full up to ``B`` waits in a queue and is answered when its turn comes (one per
   ``1/R`` s); beyond that, rejected.  A client sees slow successes, not only 429s.
+- nginx ``limit_conn N``: N at a time, whatever the rate; a request finding N being served is
+  rejected at once.  How fast it admits is N over the service time.
 - slowapi / limits fixed window ``L/W``: the window starts at the first hit after the last one
   expired (in-memory storage: not aligned to the clock); every hit counts, admitted or not.
 - slowapi / limits moving window ``L/W``: at most ``L`` admitted in any ``W`` seconds (only
@@ -62,6 +67,7 @@ __all__ = [
     "Skip",
     "ensure_nginx",
     "limited_server",
+    "nginx_limit_conn",
     "nginx_limit_req",
     "probe",
     "slowapi_server",
@@ -81,7 +87,8 @@ class Limit:
     What a limiter allows, enough to compute the ideal drain time of a herd.
 
     ``kind`` is ``"bucket"`` (``free`` tokens at once, then ``rate`` per second),
-    ``"fixed-window"`` or ``"moving-window"`` (``free`` = the limit L per ``window`` W seconds).
+    ``"fixed-window"`` or ``"moving-window"`` (``free`` = the limit L per ``window`` W seconds),
+    or ``"concurrency"`` (``free`` requests at a time, each served in ``window`` seconds).
     """
 
     kind: str
@@ -96,11 +103,14 @@ class Limit:
 
         Bucket: ``max(0, calls - free) / rate``.  Windows (fixed or moving): the k-th success
         (1-based) cannot come before ``floor((k - 1) / L) * W``, so the last one
-        ``ceil(calls / L - 1) * W`` (= ``(ceil(calls / L) - 1) * W``).  Both are lower bounds
-        that assume the client knows exactly when capacity returns.
+        ``ceil(calls / L - 1) * W`` (= ``(ceil(calls / L) - 1) * W``).  Concurrency: waves of
+        ``free``, each served in ``window``: ``ceil(calls / free) * window``.  All are lower
+        bounds that assume the client knows exactly when capacity returns.
         """
         if self.kind == "bucket":
             return max(0, calls - self.free) / self.rate
+        if self.kind == "concurrency":
+            return math.ceil(calls / self.free) * self.window
         return max(0, math.ceil(calls / self.free) - 1) * self.window
 
     def unavoidable_429s(self, calls: int) -> int:
@@ -111,6 +121,8 @@ class Limit:
         """A short human description."""
         if self.kind == "bucket":
             return f"bucket {self.rate:g}/s, {self.free} at once"
+        if self.kind == "concurrency":
+            return f"{self.free} at a time, {self.window * 1000:g} ms each"
         return f"{self.kind} {self.free} per {self.window:g}s"
 
 
@@ -237,7 +249,7 @@ def ensure_nginx() -> str:
 
 
 _NGINX_CONF = """\
-daemon off;
+{modules}daemon off;
 master_process off;
 worker_processes 1;
 pid {tmp}/nginx.pid;
@@ -256,21 +268,24 @@ http {{
     keepalive_timeout 120s;
     server_tokens off;
     log_format arrivals '$msec $status';
-    limit_req_zone $binary_remote_addr zone=bench:1m rate={rate}r/s;
-    limit_req_status 429;
-    limit_req_log_level warn;
-    server {{
+{limiter}    server {{
         listen 127.0.0.1:{port} reuseport;
+        server_name bench;
         access_log {tmp}/access.log arrivals;
         root {tmp}/www;
-        # a static file, not "return": return runs before limit_req and nothing is limited
         location / {{
-            limit_req zone=bench burst={burst}{nodelay};
-{error_page}        }}
-{throttled}    }}
+{location}        }}
+{extra}    }}
 }}
 """
 
+_LIMIT_REQ = """\
+    limit_req_zone $binary_remote_addr zone=bench:1m rate={rate}r/s;
+    limit_req_status 429;
+    limit_req_log_level warn;
+"""
+# a static file, not "return": return runs before limit_req and nothing is limited
+_LIMIT_REQ_LOCATION = "            limit_req zone=bench burst={burst}{nodelay};\n"
 _RETRY_AFTER_PAGE = "            error_page 429 @throttled;\n"
 _RETRY_AFTER_LOCATION = """\
         location @throttled {{
@@ -278,6 +293,18 @@ _RETRY_AFTER_LOCATION = """\
             return 429 "slow down\\n";
         }}
 """
+_LIMIT_CONN = """\
+    limit_conn_zone $server_name zone=bench:1m;
+    limit_conn_status 429;
+    limit_conn_log_level warn;
+"""
+_LIMIT_CONN_LOCATION = """\
+            limit_conn bench {conns};
+            echo_sleep {service};
+            echo ok;
+"""
+#: Where Debian's nginx packages put the echo module (nginx-light has it built as a module).
+ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 
 
 @contextlib.contextmanager
@@ -296,6 +323,62 @@ def nginx_limit_req(
     ``Retry-After: N`` to its 429s (through ``error_page``), nothing else.  ``queue``: no
     ``nodelay`` (nginx's default): requests over the rate wait in its queue, up to ``burst``.
     """
+    location = _LIMIT_REQ_LOCATION.format(burst=burst, nodelay="" if queue else " nodelay")
+    if retry_after is not None:
+        location += _RETRY_AFTER_PAGE
+    limit = Limit(
+        "bucket",
+        burst + 1,
+        rate=float(rate),
+        note=f"nginx limit_req rate={rate}r/s burst={burst}{'' if queue else ' nodelay'}",
+    )
+    with _nginx(
+        name,
+        limit,
+        limiter=_LIMIT_REQ.format(rate=rate),
+        location=location,
+        extra="" if retry_after is None else _RETRY_AFTER_LOCATION.format(seconds=retry_after),
+    ) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def nginx_limit_conn(
+    conns: int = 5, service: float = 0.1, *, name: str = "nginx-conn"
+) -> Iterator[Running]:
+    """
+    nginx ``limit_conn`` (``limit_conn_status 429``): at most ``conns`` requests at a time.
+
+    Each request takes ``service`` seconds (the echo module's ``echo_sleep``); one that finds
+    ``conns`` others being served is answered 429 at once, bare.  A concurrency limit, as
+    Stripe's "concurrency" limiters are: how fast it admits depends on how fast it serves.
+    """
+    if not os.path.exists(ECHO_MODULE):
+        ensure_nginx()
+        if not os.path.exists(ECHO_MODULE):
+            msg = f"nginx has no echo module here ({ECHO_MODULE}: install nginx-light)"
+            raise Skip(msg)
+    limit = Limit(
+        "concurrency",
+        conns,
+        window=service,
+        note=f"nginx limit_conn {conns}, {service * 1000:g} ms a request",
+    )
+    with _nginx(
+        name,
+        limit,
+        limiter=_LIMIT_CONN,
+        location=_LIMIT_CONN_LOCATION.format(conns=conns, service=service),
+        modules=f"load_module {ECHO_MODULE};\n",
+    ) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _nginx(
+    name: str, limit: Limit, *, limiter: str, location: str, extra: str = "", modules: str = ""
+) -> Iterator[Running]:
+    """An nginx child enforcing ``limit`` through the configuration pieces given."""
     binary = ensure_nginx()
     tmp = Path(tempfile.mkdtemp(prefix="limiter-nginx-"))
     (tmp / "www").mkdir()
@@ -309,13 +392,10 @@ def nginx_limit_req(
             conf = _NGINX_CONF.format(
                 tmp=tmp,
                 port=port,
-                rate=rate,
-                burst=burst,
-                nodelay="" if queue else " nodelay",
-                error_page=_RETRY_AFTER_PAGE if retry_after is not None else "",
-                throttled=_RETRY_AFTER_LOCATION.format(seconds=retry_after)
-                if retry_after is not None
-                else "",
+                modules=modules,
+                limiter=limiter,
+                location=location,
+                extra=extra,
             )
             (tmp / "nginx.conf").write_text(conf)
             (tmp / "access.log").write_text("")
@@ -367,12 +447,6 @@ def nginx_limit_req(
         stop()
         return start()
 
-    limit = Limit(
-        "bucket",
-        burst + 1,
-        rate=float(rate),
-        note=f"nginx limit_req rate={rate}r/s burst={burst}{'' if queue else ' nodelay'}",
-    )
     try:
         yield Running(name, start(), limit, arrivals, reset)
     finally:
@@ -660,6 +734,7 @@ def _self_check() -> None:
             "nginx limit_req 5r/s burst 2 + Retry-After: 1",
             lambda: nginx_limit_req(5, 2, retry_after=1),
         ),
+        ("nginx limit_conn 5, 100 ms a request", lambda: nginx_limit_conn(5, 0.1)),
         ("slowapi fixed-window 10/second", lambda: slowapi_server("fixed-window", 10)),
         ("slowapi moving-window 20/second", lambda: slowapi_server("moving-window", 20)),
         ("LimitedServer ietf 10/s burst 5", lambda: limited_server("ietf", 10, 5)),
@@ -668,7 +743,9 @@ def _self_check() -> None:
     for title, factory in checks:
         try:
             with factory() as server:
-                result = probe(server)
+                # a concurrency limit turns away only what comes while others are served
+                at_once = server.limit.kind == "concurrency"
+                result = probe(server, at_once=at_once)
                 admitted = result["statuses"].index(429) if 429 in result["statuses"] else None
                 counted = server.counts()
                 print(f"## {title}: {server.url} ({server.limit.describe()})")
@@ -683,7 +760,7 @@ def _self_check() -> None:
                 for hard in (False, True):
                     server.reset(hard=hard)
                     after = server.counts()
-                    again = probe(server, server.limit.free + 1)
+                    again = probe(server, server.limit.free + 1, at_once=at_once)
                     print(
                         f"after reset(hard={hard}): {dict(after)} at {server.url}, "
                         f"then statuses: {again['statuses']}"

@@ -6,18 +6,20 @@ Servers (benchmarks/limiter_servers.py; each cell starts on a fresh limiter):
   nginx          nginx limit_req 10r/s burst 5 nodelay (a bucket of 6): bare 429s, no headers
   nginx-queue    the same without nodelay (nginx's default): up to 5 over the rate wait in
                  its queue and succeed late, the rest get bare 429s
+  nginx-conn     nginx limit_conn 5, each request served in 100 ms (echo_sleep): a
+                 concurrency limit, bare 429s for whatever comes while 5 are being served
   fixed-window   slowapi (limits) fixed window 10/second, X-RateLimit-* + Retry-After
   moving-window  slowapi (limits) moving window 20/second, same headers
   fixed-window-3s  slowapi (limits) fixed window 30 per 3 seconds, same headers
   retry-after    nginx limit_req 5r/s burst 2 nodelay (a bucket of 3) + "Retry-After: 1" only
   control-*      smoothclient's own LimitedServer 10/s burst 5, "ietf" and "github" styles
 
-Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, fixed-window
-and the controls, 100 on moving-window, 90 on fixed-window-3s, 30 on retry-after), and fleets of 3
-and 6 OS processes (spawned, released together by a barrier, sharing nothing) of 20 GETs at
-once each, against nginx, fixed-window and retry-after.  Clients (one GET per call,
-retrying 429/503 until it succeeds, at most 50 attempts, waits capped at 30 s, 60 s request
-timeouts):
+Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, nginx-conn,
+fixed-window and the controls, 100 on moving-window, 90 on fixed-window-3s, 30 on
+retry-after), and fleets of 3 and 6 OS processes (spawned, released together by a barrier,
+sharing nothing) of 20 GETs at once each, against nginx, fixed-window and retry-after.
+Clients (one GET per call, retrying 429/503 until it succeeds, at most 50 attempts, waits
+capped at 30 s, 60 s request timeouts):
 
   smoothclient httpx    AsyncSmoothTransport (SmoothTransport in threads on retry-after)
   smoothclient adapter  SmoothAdapter on a requests Session, one thread per call
@@ -33,9 +35,10 @@ threads (sync httpx clients, one thread per call).
 Per cell: wall time until every call succeeded, requests the server saw, its 429s,
 failures.  "ideal" is the drain time the limiter allows (see limiter_servers.Limit.ideal):
 a bucket of B at once refilled at R/s: (calls - B) / R; a window of L per W (fixed or
-moving): (ceil(calls / L) - 1) * W.  "extra/call" = max(0, 429s - (calls - B or L)) / calls:
-429s beyond the unavoidable first wave.  Each cell runs --runs times (default 3); the table
-shows the median of each column separately and the range of the times.
+moving): (ceil(calls / L) - 1) * W; N at a time, each served in S: ceil(calls / N) * S.
+"extra/call" = max(0, 429s - (calls - B or L or N)) / calls: 429s beyond the unavoidable
+first wave.  Each cell runs --runs times (default 3); the table shows the median of each
+column separately and the range of the times.
 
 To fit ~12 minutes on 2 cores, cells run in parallel lanes (--lanes, default 6: separate
 processes, each starting its own servers, so its own limiters; the clients mostly sleep,
@@ -82,6 +85,7 @@ from limiter_servers import (
     Running,
     Skip,
     limited_server,
+    nginx_limit_conn,
     nginx_limit_req,
     probe,
     slowapi_server,
@@ -125,6 +129,7 @@ SERVERS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Running]
     # name: (factory, how the httpx clients run: "async" or "threads")
     "nginx": (lambda: nginx_limit_req(10, 5, name="nginx"), "async"),
     "nginx-queue": (lambda: nginx_limit_req(10, 5, name="nginx-queue", queue=True), "async"),
+    "nginx-conn": (lambda: nginx_limit_conn(5, 0.1, name="nginx-conn"), "async"),
     "fixed-window": (lambda: slowapi_server("fixed-window", 10, 1), "async"),
     "moving-window": (lambda: slowapi_server("moving-window", 20, 1), "async"),
     "fixed-window-3s": (lambda: slowapi_server("fixed-window", 30, 3), "async"),
@@ -149,6 +154,7 @@ class Scenario:
 SCENARIOS = [
     Scenario("nginx 60", "nginx", 60),
     Scenario("nginx queue 60", "nginx-queue", 60),
+    Scenario("nginx conn 60", "nginx-conn", 60),
     Scenario("fixed-window 60", "fixed-window", 60),
     Scenario("moving-window 100", "moving-window", 100),
     Scenario("fixed-window 3s 90", "fixed-window-3s", 90),
@@ -665,6 +671,7 @@ def run_lane(
 PLANNED = {
     "nginx": Limit("bucket", 6, rate=10),
     "nginx-queue": Limit("bucket", 6, rate=10),
+    "nginx-conn": Limit("concurrency", 5, window=0.1),
     "fixed-window": Limit("fixed-window", 10, window=1),
     "moving-window": Limit("moving-window", 20, window=1),
     "fixed-window-3s": Limit("fixed-window", 30, window=3),
