@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 BENCHMARKS = [
     ("Herd and batch against a local rate-limited server", "herd.py"),
-    ("Real rate limiters: nginx, slowapi windows, Retry-After only", "limiters.py"),
+    ("Real limiters: nginx limit_req, limit_conn, slowapi windows, Retry-After", "limiters.py"),
     ("Per-request overhead on a healthy origin", "overhead.py"),
     ("Per-request overhead in instructions", "instructions.py"),
     ("A fleet's shared Redis store: what a request costs", "redis_store.py"),
