@@ -35,6 +35,7 @@ from ..pacing.gcra import Gcra
 
 __all__ = [
     "STYLES",
+    "Concurrency",
     "FixedWindow",
     "HerdResult",
     "Limiter",
@@ -97,6 +98,36 @@ class TokenBucket:
     def ideal(self, calls: int) -> float:
         """The burst at once, then one per interval."""
         return max(0, calls - self.burst) * self.window / self.limit
+
+
+@dataclass
+class Concurrency:
+    """
+    At most ``limit`` requests at a time, each served in ``service`` seconds (nginx ``limit_conn``).
+
+    A request that finds ``limit`` others being served is turned away at once.  :func:`run_herd`
+    holds an admitted request for ``service`` and then calls :meth:`done`.
+    """
+
+    limit: int
+    service: float = 0.1
+    window: float = 0.0  # no window: how fast it admits is limit / service
+    busy: int = field(default=0, init=False)
+
+    def hit(self, now: float) -> Verdict:
+        """Serve it if a place is free."""
+        admitted = self.busy < self.limit
+        if admitted:
+            self.busy += 1
+        return Verdict(admitted, self.limit - self.busy, self.service, self.service)
+
+    def done(self) -> None:
+        """One request served: its place is free."""
+        self.busy = max(0, self.busy - 1)
+
+    def ideal(self, calls: int) -> float:
+        """Waves of ``limit``, each served in ``service``."""
+        return math.ceil(calls / self.limit) * self.service
 
 
 def _retry_in(window: FixedWindow | MovingWindow, stated: float) -> float:
@@ -286,6 +317,9 @@ def run_herd(
         now = trio.current_time()
         verdict = limiter.hit(now)
         log.append((now, 200 if verdict.admitted else 429))
+        if verdict.admitted and isinstance(limiter, Concurrency):
+            await trio.sleep(limiter.service)  # served: its place is taken meanwhile
+            limiter.done()
         headers = headers_for(
             limiter, verdict, style, retry_after=retry_after, wall=lambda: start_wall + now
         )
