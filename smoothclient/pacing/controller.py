@@ -16,7 +16,7 @@ from collections import deque
 
 from .state import HORIZON, OriginState, Settings
 
-__all__ = ["EPOCH", "SKEW", "recovered", "throttled"]
+__all__ = ["EPOCH", "SKEW", "noted", "recovered", "throttled"]
 
 #: The delivered rate is measured over this many seconds.
 EPOCH = 1.0
@@ -100,11 +100,7 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     between = now - o.last_throttle
     measured = EPOCH <= between <= 4 * EPOCH and o.through >= FULL_EVIDENCE
     full = o.through / between if measured else 0.0
-    o.last_throttle = now
-    o.unthrottled = o.through = 0
-    o.throttles.append(now)
-    if o.throttles[0] < now - EPOCH:
-        o.throttles.popleft()
+    noted(o, now)
     if now < o.noise_until or (sent_at is not None and sent_at <= o.last_cut):
         return
     cut = o.cut
@@ -166,6 +162,20 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     pace.rate = rate
     pace.burst = 1.0
     pace.tat = max(pace.tat, now)
+
+
+def noted(o: OriginState, now: float) -> None:
+    """
+    A throttle's record, and nothing more: what :func:`throttled` measures its cuts by.
+
+    Also kept of throttles the crowd window takes (:mod:`.crowd`): should the limiter prove to
+    be a rate's, the controller cuts knowing them.
+    """
+    o.last_throttle = now
+    o.unthrottled = o.through = 0
+    o.throttles.append(now)
+    if o.throttles[0] < now - EPOCH:
+        o.throttles.popleft()
 
 
 def _raise(o: OriginState, now: float, rate: float) -> None:

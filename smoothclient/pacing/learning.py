@@ -14,7 +14,7 @@ import dataclasses
 import math
 
 from ..hints.model import Hints
-from . import controller
+from . import controller, crowd
 from .controller import SKEW
 from .state import EARLY_MISSES, OriginState, Settings
 
@@ -50,6 +50,8 @@ def observe(
         o.through += 1
     if counted:
         o.in_flight = max(0, o.in_flight - 1)
+    if status < 400:
+        crowd.served(o, s, now, sent_at)
     o.known = True
     throttled = status == 429 or (status == 503 and hints.retry_after is not None)
     throttled = throttled or (status == 403 and hints.exhausted)
@@ -77,7 +79,10 @@ def observe(
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
     elif throttled:
-        controller.throttled(o, s, now, sent_at)
+        if status == 429 and crowd.crowded(o, s, now, counted):
+            controller.noted(o, now)  # a concurrency limit's: the window is cut, not the rate
+        else:
+            controller.throttled(o, s, now, sent_at)
     elif o.learned:
         controller.recovered(o, s, now, sent_at)
 

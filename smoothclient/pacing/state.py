@@ -23,6 +23,8 @@ quota exhausted + throttled   a bucket's gate closes until the reset (if its mir
 a window's reset              the ledger admits this client's share of what is left (1
                               alone; learned by AIMD over windows when others spend it too)
 bare 429 / 503 with a delay   the learned rate is cut (multiplicative decrease)
+429 while others are in      the crowd window: at most as many in flight as were then
+flight, on a slow origin      (a concurrency limit; see :mod:`.crowd`)
 success after a throttle      the learned rate grows, and is dropped after a quiet spell
 first request to an origin    a probe: concurrent requests wait for its response
 ============================  =========================================================
@@ -62,6 +64,10 @@ EARLY_MISSES = 3
 PROBE_WAIT = 1.0
 #: Successes kept per origin (the last second's, for a learned rate): caps that estimate.
 MAX_SUCCESSES = 4096
+INF = float("inf")
+#: A full crowd window that admitted nothing and heard nothing back for this many times the
+#: quickest success took lets one request go (see ``_crowd_full``).
+STALE = 4.0
 
 
 #: What the server's quota does between its resets, as learned from the evidence:
@@ -180,6 +186,12 @@ class OriginState:
     # route -> the scopes the server named on it (see .scopes): kept here too, so every
     # process sharing this state binds a route by what any of them learned
     routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    latency: float | None = None  # the least time a success took (see .crowd)
+    # the crowd window (see .crowd): at most this many requests in flight (inf: no limit)
+    window: float = INF
+    crowded_at: float = -1e18  # when a throttle last set it
+    window_at: float = -1e18  # when it last admitted a request or heard back from one
+    lone_at: float = -1e18  # when a request was last turned away with nobody else in flight
 
     def succeeded(self, now: float) -> None:
         """
@@ -229,6 +241,8 @@ def _plan(
     o: OriginState, now: float, not_before: float, deadline: float | None
 ) -> tuple[Admission, float | None]:
     """The answer for a slot no earlier than ``not_before``, and the slot if it is granted."""
+    if _crowd_full(o, now):  # asked again soon: an answer frees a place
+        return Admission(PROBE_POLL, final=False), None
     start = max(now, not_before, o.gate)
     at = _slot(o, start)
     if at is None:  # a reset is being probed: its answer says how many may go
@@ -315,6 +329,8 @@ def _slot(o: OriginState, at: float) -> float | None:
 def _take(o: OriginState, at: float) -> None:
     """Spend a slot at ``at``: the GCRA's, the ledger's, or the reset probe's."""
     o.pace.take(at)
+    if o.window != INF:
+        o.window_at = at
     o.first_seen = min(o.first_seen, at)
     o.period_sent += 1
     if o.avail is not None:
@@ -327,8 +343,22 @@ def _take(o: OriginState, at: float) -> None:
             o.exhausted = (at, o.reset_at)
 
 
+def _crowd_full(o: OriginState, now: float) -> bool:
+    """
+    The crowd window (see :mod:`.crowd`) has no place for one more request.
+
+    Unless it admitted nothing and heard nothing back for :data:`STALE` service times: the
+    requests it counts are not being served then (a process of a fleet that ended before it
+    wrote its last count, a request lost), and one goes all the same: the window never stops
+    an origin for good.
+    """
+    if o.in_flight + o.waiting + 1 <= o.window:
+        return False
+    return now - o.window_at < STALE * (o.latency or 0.0)
+
+
 def healthy(o: OriginState | None, now: float) -> bool:
-    """Known, open, unpaced, no quota ledger, nobody waiting: no admission needed at all."""
+    """Known, open, unpaced, no quota ledger, no window, nobody waiting: no admission at all."""
     return (
         o is not None
         and o.known
@@ -336,12 +366,13 @@ def healthy(o: OriginState | None, now: float) -> bool:
         and o.gate <= now
         and not o.waiting
         and o.kind != "window"
+        and o.window == INF
     )
 
 
 def try_now(o: OriginState, s: Settings, now: float) -> bool:
     """Admit one request at once if a slot is free now (counted in flight); else nothing."""
-    if _probing(o, s, now) is not None or o.waiting:
+    if _probing(o, s, now) is not None or o.waiting or _crowd_full(o, now):
         return False
     at = _slot(o, max(now, o.gate))
     if at is None or at > now:
@@ -361,7 +392,10 @@ def cohort(o: OriginState, now: float) -> CohortView:
         admitted_rate=o.pace.rate,
         opens_in=max(0.0, o.gate - now),
         # a window's ledger gives each request its own slot too: all it holds, then its reset
-        paced=o.pace.rate is not None or (o.kind == "window" and o.avail is not None),
+        # (and the crowd window admits each as a place frees)
+        paced=o.pace.rate is not None
+        or (o.kind == "window" and o.avail is not None)
+        or o.window != INF,
     )
 
 

@@ -14,6 +14,7 @@ from smoothclient.pacing import controller, learning
 from smoothclient.pacing import state as st
 from smoothclient.pacing.store import MemoryTracker
 from smoothclient.tools.limiters import (
+    Concurrency,
     FixedWindow,
     Limiter,
     MovingWindow,
@@ -58,6 +59,45 @@ def test_one_client_drains_near_the_ideal_without_extra_429s(
     assert result.failed == 0
     assert result.ratio <= 1.45, name
     assert result.extra_429s_per_call <= 0.3, name
+
+
+@pytest.mark.parametrize("service", [0.1, 0.02], ids=["100ms", "20ms"])
+def test_a_concurrency_limit_is_paced_by_what_is_in_flight(service: float) -> None:
+    """
+    nginx ``limit_conn``: 5 at a time, whatever the rate; the herd's first wave gets 429s.
+
+    Read as a rate, its throttles cut the learned rate to what came back in the first EPOCH
+    (the probe: one a second, against 50 or 250) and the herd took 3.7 and 17.5 times the
+    ideal.  The crowd window holds the rest to what the server serves at a time.
+    """
+    result = run_herd(Concurrency(5, service), "bare", 60)
+    assert result.failed == 0
+    assert result.ratio <= 1.45
+    assert result.extra_429s_per_call <= 0.1
+
+
+@pytest.mark.parametrize(
+    ("limiter", "style", "calls", "retry_after"),
+    [
+        (TokenBucket(10, 1.0, 6), "bare", 60, None),
+        (TokenBucket(5, 1.0, 3), "retry-after", 30, 1.0),
+        (FixedWindow(10, 1.0), "x", 60, None),
+    ],
+    ids=["bare", "retry-after", "headers"],
+)
+def test_a_rate_limit_on_a_slow_origin_is_still_paced_by_its_rate(
+    limiter: Limiter, style: Style, calls: int, retry_after: float | None
+) -> None:
+    """
+    60 ms a round trip (a remote server): its throttles come back while others are in flight.
+
+    The crowd window takes them until a request turned away alone shows a rate's limit: the
+    rate controller then paces it as on a near server, knowing every throttle.
+    """
+    result = run_herd(limiter, style, calls, rtt=0.06, retry_after=retry_after)
+    assert result.failed == 0
+    assert result.ratio <= 1.3
+    assert result.extra_429s_per_call <= 0.3
 
 
 def _wall_on_trio(monkeypatch: pytest.MonkeyPatch, base: float = 1_700_000_000.0) -> None:

@@ -1,0 +1,123 @@
+"""The crowd window (a concurrency limit's), as pure functions on a state: no clock, no I/O."""
+
+from __future__ import annotations
+
+import math
+
+from smoothclient import Hints
+from smoothclient.pacing import crowd, learning
+from smoothclient.pacing import state as st
+
+S = st.Settings(probe=0)
+
+
+def slow(in_flight: int = 0, latency: float = 0.1) -> st.OriginState:
+    """An origin that takes ``latency`` to serve a request, ``in_flight`` others out."""
+    return st.OriginState(known=True, latency=latency, in_flight=in_flight)
+
+
+def test_a_throttle_while_others_are_served_sets_the_window_not_the_rate() -> None:
+    o = slow(in_flight=6)  # this request and 5 others
+    learning.observe(o, S, 429, Hints(), 10.0, sent_at=9.99, counted=True)
+    assert o.window == 5.0
+    assert o.pace.rate is None
+    assert list(o.throttles) == [10.0]  # kept for the rate controller all the same
+    assert not st.healthy(o, 10.0)
+
+
+def test_the_window_takes_the_fewest_others_seen() -> None:
+    o = slow(in_flight=30)
+    for others in (30, 12, 5, 9):
+        o.in_flight = others
+        assert crowd.crowded(o, S, 1.0, counted=True)
+    assert o.window == 5.0
+
+
+def test_a_request_not_counted_in_flight_starts_the_window_at_one() -> None:
+    o = slow(in_flight=0)
+    assert crowd.crowded(o, S, 1.0, counted=False)
+    assert o.window == 1.0
+
+
+def test_a_lone_request_turned_away_is_a_rate_limit_for_a_quiet_spell() -> None:
+    o = slow(in_flight=3)
+    assert crowd.crowded(o, S, 1.0, counted=True)
+    o.in_flight = 0
+    assert not crowd.crowded(o, S, 2.0, counted=True)
+    assert o.window == math.inf
+    assert o.lone_at == 2.0
+    o.in_flight = 4
+    assert not crowd.crowded(o, S, 2.0 + S.quiet, counted=True)  # still a rate's
+    assert crowd.crowded(o, S, 2.1 + S.quiet, counted=True)  # quiet long enough: a crowd again
+
+
+def test_a_throttle_with_the_window_at_one_hands_over_to_the_rate() -> None:
+    o = slow(in_flight=2)  # this request and one more: the window let two out
+    o.window = 1.0
+    learning.observe(o, S, 429, Hints(), 10.0, sent_at=9.99, counted=True)
+    assert o.window == math.inf
+    assert o.lone_at == 10.0
+
+
+def test_throttles_not_counted_in_flight_keep_the_window_at_one() -> None:
+    """A herd sent to a healthy origin: none of its throttles can tell how many were out."""
+    o = slow(in_flight=0)
+    for _ in range(3):
+        assert crowd.crowded(o, S, 1.0, counted=False)
+    assert o.window == 1.0
+
+
+def test_a_quickly_served_origin_has_no_window() -> None:
+    o = slow(in_flight=5, latency=crowd.SERVED / 2)
+    assert not crowd.crowded(o, S, 1.0, counted=True)
+    assert o.window == math.inf
+
+
+def test_an_origin_never_served_has_no_window() -> None:
+    o = st.OriginState(known=True, in_flight=5)
+    assert not crowd.crowded(o, S, 1.0, counted=True)
+
+
+def test_successes_keep_the_quickest_time_and_widen_a_full_window() -> None:
+    o = st.OriginState(known=True)
+    crowd.served(o, S, 1.3, sent_at=1.0)
+    crowd.served(o, S, 2.1, sent_at=2.0)
+    crowd.served(o, S, 3.5, sent_at=3.0)
+    assert o.latency is not None
+    assert math.isclose(o.latency, 0.1)
+    o.window, o.crowded_at, o.in_flight = 4.0, 3.0, 3
+    crowd.served(o, S, 3.6, sent_at=3.5)
+    assert o.window == 4.25  # full (3 others + this one): one more every window's worth
+    o.in_flight = 1
+    crowd.served(o, S, 3.7, sent_at=3.6)
+    assert o.window == 4.25  # not full: no evidence it could take more
+    crowd.served(o, S, 3.0 + S.quiet + 1, sent_at=3.0 + S.quiet + 0.9)
+    assert o.window == math.inf  # no crowd's throttle for a quiet spell
+
+
+def test_a_full_window_holds_requests_and_frees_a_place_per_answer() -> None:
+    o = slow(in_flight=2)
+    o.window, o.window_at = 3.0, 10.0
+    assert st.try_now(o, S, 10.0)  # the third place
+    assert o.in_flight == 3
+    assert not st.try_now(o, S, 10.01)
+    admission = st.acquire(o, S, 10.01, 10.01, None)
+    assert not admission.final
+    assert admission.delay == st.PROBE_POLL
+    learning.observe(o, S, 200, Hints(), 10.1, sent_at=10.0, counted=True)
+    assert st.acquire(o, S, 10.1, 10.1, None).final
+
+
+def test_a_full_window_that_hears_nothing_back_lets_one_go() -> None:
+    """Counts of a fleet's process that ended unwritten never hold an origin for good."""
+    o = slow(in_flight=3, latency=0.1)
+    o.window, o.window_at = 3.0, 10.0
+    assert not st.try_now(o, S, 10.0 + 0.9 * st.STALE * 0.1)
+    assert st.try_now(o, S, 10.0 + 1.1 * st.STALE * 0.1)
+
+
+def test_a_cohort_under_a_window_is_paced_by_it() -> None:
+    o = slow()
+    assert not st.cohort(o, 0.0).paced
+    o.window = 2.0
+    assert st.cohort(o, 0.0).paced
