@@ -17,7 +17,8 @@ Servers (benchmarks/limiter_servers.py; each cell starts on a fresh limiter):
 Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, nginx-conn,
 fixed-window and the controls, 100 on moving-window, 90 on fixed-window-3s, 30 on
 retry-after), and fleets of 3 and 6 OS processes (spawned, released together by a barrier,
-sharing nothing) of 20 GETs at once each, against nginx, fixed-window and retry-after.
+sharing nothing) of 20 GETs at once each, against nginx, fixed-window and retry-after (and
+3 against nginx-conn).
 Clients (one GET per call, retrying 429/503 until it succeeds, at most 50 attempts, waits
 capped at 30 s, 60 s request timeouts):
 
@@ -163,6 +164,7 @@ SCENARIOS = [
     Scenario("control-github 60", "control-github", 60),
     Scenario("nginx fleet 3x20", "nginx", FLEET_CALLS, 3),
     Scenario("nginx fleet 6x20", "nginx", FLEET_CALLS, 6),
+    Scenario("nginx conn fleet 3x20", "nginx-conn", FLEET_CALLS, 3),
     Scenario("fixed-window fleet 3x20", "fixed-window", FLEET_CALLS, 3),
     Scenario("fixed-window fleet 6x20", "fixed-window", FLEET_CALLS, 6),
     Scenario("retry-after fleet 3x20", "retry-after", FLEET_CALLS, 3),
