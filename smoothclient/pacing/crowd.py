@@ -27,6 +27,10 @@ round trip) is paced as before, after a few throttles more.  How long a throttle
 not tell the two apart: a herd's own requests crowd the client, and its throttles came back
 as late as the server's successes.
 
+Not on a shared store yet: the requests in flight it counts are each process's, written
+with its next step, so the others' counts lag the window they would have to fill (a fleet of
+three through Redis took up to 10 s for 1.2 s of work; it keeps the rate controller).
+
 Like :mod:`.state`, nothing here locks, sleeps or reads a clock.
 """
 
@@ -68,8 +72,8 @@ def crowded(o: OriginState, s: Settings, now: float, counted: bool) -> bool:
     away while nobody else was in flight says the limit is a rate's (a concurrency limit
     serves one request at least): the window goes, and none is set for a quiet spell.
     """
-    if o.latency is None or o.latency < SERVED:
-        return False
+    if s.shared or o.latency is None or o.latency < SERVED:
+        return False  # (a shared store's counts are each process's, written when it can)
     others = o.in_flight
     if counted and (not others or o.window <= 1):
         # a lone request turned away, or one more with the window already at one (it can do

@@ -121,3 +121,10 @@ def test_a_cohort_under_a_window_is_paced_by_it() -> None:
     assert not st.cohort(o, 0.0).paced
     o.window = 2.0
     assert st.cohort(o, 0.0).paced
+
+
+def test_a_shared_store_keeps_the_rate_controller() -> None:
+    """Its in-flight counts are each process's, written late: no window is built on them."""
+    o = slow(in_flight=5)
+    assert not crowd.crowded(o, st.Settings(probe=0, shared=True), 1.0, counted=True)
+    assert o.window == math.inf
