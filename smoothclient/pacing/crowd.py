@@ -41,7 +41,7 @@ import math
 from .state import OriginState, Settings
 
 __all__ = ["SERVED", "crowded", "served"]
-# (its fields are OriginState's: latency, window, crowded_at, window_at, lone_at)
+# (its fields are OriginState's: latency, crowd_window, crowded_at, crowd_moved, lone_at)
 
 #: An origin whose quickest success took less than this (seconds) serves quickly: the rate
 #: controller's EPOCH holds many of its answers, and measures a concurrency limit's rate too.
@@ -52,14 +52,14 @@ def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> No
     """A success: the quickest yet?  And the window widened (or dropped after a quiet spell)."""
     if sent_at is not None and now >= sent_at and (o.latency is None or now - sent_at < o.latency):
         o.latency = now - sent_at  # (the least: a crowded client only makes them take longer)
-    window = o.window
+    window = o.crowd_window
     if window == math.inf:
         return
-    o.window_at = now
+    o.crowd_moved = now
     if now - o.crowded_at > s.quiet:
-        o.window = math.inf  # no crowd's throttle for a quiet spell: no longer a crowd
+        o.crowd_window = math.inf  # no crowd's throttle for a quiet spell: no longer a crowd
     elif o.in_flight + o.waiting + 1 >= window:
-        o.window = window + 1 / window  # it was full: one more every window's worth
+        o.crowd_window = window + 1 / window  # it was full: one more every window's worth
 
 
 def crowded(o: OriginState, s: Settings, now: float, counted: bool) -> bool:
@@ -75,13 +75,13 @@ def crowded(o: OriginState, s: Settings, now: float, counted: bool) -> bool:
     if s.shared or o.latency is None or o.latency < SERVED:
         return False  # (a shared store's counts are each process's, written when it can)
     others = o.in_flight
-    if counted and (not others or o.window <= 1):
+    if counted and (not others or o.crowd_window <= 1):
         # a lone request turned away, or one more with the window already at one (it can do
         # no more): a rate's limit (a request not counted in flight tells neither)
-        o.window, o.lone_at = math.inf, now
+        o.crowd_window, o.lone_at = math.inf, now
         return False
     if now - o.lone_at <= s.quiet:
         return False
-    o.window = max(1.0, min(o.window, float(others)))
-    o.crowded_at = o.window_at = now
+    o.crowd_window = max(1.0, min(o.crowd_window, float(others)))
+    o.crowded_at = o.crowd_moved = now
     return True

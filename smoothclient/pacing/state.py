@@ -188,9 +188,9 @@ class OriginState:
     routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     latency: float | None = None  # the least time a success took (see .crowd)
     # the crowd window (see .crowd): at most this many requests in flight (inf: no limit)
-    window: float = INF
+    crowd_window: float = INF  # (not the quota's window: see kind)
     crowded_at: float = -1e18  # when a throttle last set it
-    window_at: float = -1e18  # when it last admitted a request or heard back from one
+    crowd_moved: float = -1e18  # when it last admitted a request or heard back from one
     lone_at: float = -1e18  # when a request was last turned away with nobody else in flight
 
     def succeeded(self, now: float) -> None:
@@ -329,8 +329,8 @@ def _slot(o: OriginState, at: float) -> float | None:
 def _take(o: OriginState, at: float) -> None:
     """Spend a slot at ``at``: the GCRA's, the ledger's, or the reset probe's."""
     o.pace.take(at)
-    if o.window != INF:
-        o.window_at = at
+    if o.crowd_window != INF:
+        o.crowd_moved = at
     o.first_seen = min(o.first_seen, at)
     o.period_sent += 1
     if o.avail is not None:
@@ -352,9 +352,9 @@ def _crowd_full(o: OriginState, now: float) -> bool:
     wrote its last count, a request lost), and one goes all the same: the window never stops
     an origin for good.
     """
-    if o.in_flight + o.waiting + 1 <= o.window:
+    if o.in_flight + o.waiting + 1 <= o.crowd_window:
         return False
-    return now - o.window_at < STALE * (o.latency or 0.0)
+    return now - o.crowd_moved < STALE * (o.latency or 0.0)
 
 
 def healthy(o: OriginState | None, now: float) -> bool:
@@ -366,7 +366,7 @@ def healthy(o: OriginState | None, now: float) -> bool:
         and o.gate <= now
         and not o.waiting
         and o.kind != "window"
-        and o.window == INF
+        and o.crowd_window == INF
     )
 
 
@@ -395,7 +395,7 @@ def cohort(o: OriginState, now: float) -> CohortView:
         # (and the crowd window admits each as a place frees)
         paced=o.pace.rate is not None
         or (o.kind == "window" and o.avail is not None)
-        or o.window != INF,
+        or o.crowd_window != INF,
     )
 
 

@@ -19,7 +19,7 @@ def slow(in_flight: int = 0, latency: float = 0.1) -> st.OriginState:
 def test_a_throttle_while_others_are_served_sets_the_window_not_the_rate() -> None:
     o = slow(in_flight=6)  # this request and 5 others
     learning.observe(o, S, 429, Hints(), 10.0, sent_at=9.99, counted=True)
-    assert o.window == 5.0
+    assert o.crowd_window == 5.0
     assert o.pace.rate is None
     assert list(o.throttles) == [10.0]  # kept for the rate controller all the same
     assert not st.healthy(o, 10.0)
@@ -30,13 +30,13 @@ def test_the_window_takes_the_fewest_others_seen() -> None:
     for others in (30, 12, 5, 9):
         o.in_flight = others
         assert crowd.crowded(o, S, 1.0, counted=True)
-    assert o.window == 5.0
+    assert o.crowd_window == 5.0
 
 
 def test_a_request_not_counted_in_flight_starts_the_window_at_one() -> None:
     o = slow(in_flight=0)
     assert crowd.crowded(o, S, 1.0, counted=False)
-    assert o.window == 1.0
+    assert o.crowd_window == 1.0
 
 
 def test_a_lone_request_turned_away_is_a_rate_limit_for_a_quiet_spell() -> None:
@@ -44,7 +44,7 @@ def test_a_lone_request_turned_away_is_a_rate_limit_for_a_quiet_spell() -> None:
     assert crowd.crowded(o, S, 1.0, counted=True)
     o.in_flight = 0
     assert not crowd.crowded(o, S, 2.0, counted=True)
-    assert o.window == math.inf
+    assert o.crowd_window == math.inf
     assert o.lone_at == 2.0
     o.in_flight = 4
     assert not crowd.crowded(o, S, 2.0 + S.quiet, counted=True)  # still a rate's
@@ -53,9 +53,9 @@ def test_a_lone_request_turned_away_is_a_rate_limit_for_a_quiet_spell() -> None:
 
 def test_a_throttle_with_the_window_at_one_hands_over_to_the_rate() -> None:
     o = slow(in_flight=2)  # this request and one more: the window let two out
-    o.window = 1.0
+    o.crowd_window = 1.0
     learning.observe(o, S, 429, Hints(), 10.0, sent_at=9.99, counted=True)
-    assert o.window == math.inf
+    assert o.crowd_window == math.inf
     assert o.lone_at == 10.0
 
 
@@ -64,13 +64,13 @@ def test_throttles_not_counted_in_flight_keep_the_window_at_one() -> None:
     o = slow(in_flight=0)
     for _ in range(3):
         assert crowd.crowded(o, S, 1.0, counted=False)
-    assert o.window == 1.0
+    assert o.crowd_window == 1.0
 
 
 def test_a_quickly_served_origin_has_no_window() -> None:
     o = slow(in_flight=5, latency=crowd.SERVED / 2)
     assert not crowd.crowded(o, S, 1.0, counted=True)
-    assert o.window == math.inf
+    assert o.crowd_window == math.inf
 
 
 def test_an_origin_never_served_has_no_window() -> None:
@@ -85,19 +85,19 @@ def test_successes_keep_the_quickest_time_and_widen_a_full_window() -> None:
     crowd.served(o, S, 3.5, sent_at=3.0)
     assert o.latency is not None
     assert math.isclose(o.latency, 0.1)
-    o.window, o.crowded_at, o.in_flight = 4.0, 3.0, 3
+    o.crowd_window, o.crowded_at, o.in_flight = 4.0, 3.0, 3
     crowd.served(o, S, 3.6, sent_at=3.5)
-    assert o.window == 4.25  # full (3 others + this one): one more every window's worth
+    assert o.crowd_window == 4.25  # full (3 others + this one): one more every window's worth
     o.in_flight = 1
     crowd.served(o, S, 3.7, sent_at=3.6)
-    assert o.window == 4.25  # not full: no evidence it could take more
+    assert o.crowd_window == 4.25  # not full: no evidence it could take more
     crowd.served(o, S, 3.0 + S.quiet + 1, sent_at=3.0 + S.quiet + 0.9)
-    assert o.window == math.inf  # no crowd's throttle for a quiet spell
+    assert o.crowd_window == math.inf  # no crowd's throttle for a quiet spell
 
 
 def test_a_full_window_holds_requests_and_frees_a_place_per_answer() -> None:
     o = slow(in_flight=2)
-    o.window, o.window_at = 3.0, 10.0
+    o.crowd_window, o.crowd_moved = 3.0, 10.0
     assert st.try_now(o, S, 10.0)  # the third place
     assert o.in_flight == 3
     assert not st.try_now(o, S, 10.01)
@@ -111,7 +111,7 @@ def test_a_full_window_holds_requests_and_frees_a_place_per_answer() -> None:
 def test_a_full_window_that_hears_nothing_back_lets_one_go() -> None:
     """Counts of a fleet's process that ended unwritten never hold an origin for good."""
     o = slow(in_flight=3, latency=0.1)
-    o.window, o.window_at = 3.0, 10.0
+    o.crowd_window, o.crowd_moved = 3.0, 10.0
     assert not st.try_now(o, S, 10.0 + 0.9 * st.STALE * 0.1)
     assert st.try_now(o, S, 10.0 + 1.1 * st.STALE * 0.1)
 
@@ -119,7 +119,7 @@ def test_a_full_window_that_hears_nothing_back_lets_one_go() -> None:
 def test_a_cohort_under_a_window_is_paced_by_it() -> None:
     o = slow()
     assert not st.cohort(o, 0.0).paced
-    o.window = 2.0
+    o.crowd_window = 2.0
     assert st.cohort(o, 0.0).paced
 
 
@@ -127,4 +127,4 @@ def test_a_shared_store_keeps_the_rate_controller() -> None:
     """Its in-flight counts are each process's, written late: no window is built on them."""
     o = slow(in_flight=5)
     assert not crowd.crowded(o, st.Settings(probe=0, shared=True), 1.0, counted=True)
-    assert o.window == math.inf
+    assert o.crowd_window == math.inf
