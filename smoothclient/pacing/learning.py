@@ -50,8 +50,6 @@ def observe(
         o.through += 1
     if counted:
         o.in_flight = max(0, o.in_flight - 1)
-    if status < 400:
-        crowd.served(o, s, now, sent_at)
     o.known = True
     throttled = status == 429 or (status == 503 and hints.retry_after is not None)
     throttled = throttled or (status == 403 and hints.exhausted)
@@ -83,8 +81,11 @@ def observe(
             controller.noted(o, now)  # a concurrency limit's: the window is cut, not the rate
         else:
             controller.throttled(o, s, now, sent_at)
-    elif o.learned:
-        controller.recovered(o, s, now, sent_at)
+    else:
+        if status < 400:  # (only where no quota is stated: a crowd window is set only there)
+            crowd.served(o, s, now, sent_at)
+        if o.learned:
+            controller.recovered(o, s, now, sent_at)
 
 
 def can_wait(o: OriginState, status: int, hints: Hints) -> bool:
