@@ -1,29 +1,47 @@
 """
 ``smoothclient demo``: the same herd, twice, against local rate-limited servers.
 
-A typical retry setup (exponential backoff that sleeps exactly ``Retry-After``, as common
-libraries do) against smoothclient's :class:`~smoothclient.AsyncSmoothTransport`.  Nothing to
-install or start by hand: the servers run in-process on 127.0.0.1.  ``--fleet N`` splits the
-herd over N processes, each pacing alone, then all sharing one pacer through Redis.
+What a careful user writes without smoothclient (full-jitter exponential backoff, capped, that
+waits at least ``Retry-After`` plus a little jitter; the same attempts and deadline) beside
+smoothclient's :class:`~smoothclient.AsyncSmoothTransport`.  Nothing to install or start by
+hand: the servers run in-process on 127.0.0.1.  ``--fleet N`` splits the herd over N processes,
+each pacing alone, then all sharing one pacer through Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import random
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from .server import LimitedServer
 
-__all__ = ["DemoRun", "chart", "run_demo", "run_fleet_demo", "table"]
+__all__ = [
+    "CAREFUL",
+    "DemoRun",
+    "chart",
+    "retry_after_seconds",
+    "run_demo",
+    "run_fleet_demo",
+    "table",
+]
 
 BIN = 0.1  # seconds per chart row, at least
 ROWS = 28  # a chart fits a screen: rows are widened (0.1 s steps) to keep within this
+# both clients: the same attempts and deadline (the careful loop's backoff is RetryPolicy's
+# default: a window of 0.1 s doubling per attempt, capped at 30 s, full jitter)
 ATTEMPTS = 50
+DEADLINE = 120.0
+WAIT_INITIAL = 0.1
+WAIT_MAX = 30.0
+RETRY_AFTER_JITTER = 1.0  # s at most added to a Retry-After: the herd does not return as one
+CAREFUL = "careful retries"
 
 
 @dataclass
@@ -46,8 +64,31 @@ class DemoRun:
         return sum(1 for _, status in self.arrivals if status == 429)
 
 
-async def _typical(url: str, clients: int) -> int:
-    """Exponential backoff without jitter that sleeps exactly Retry-After when given."""
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds from now: delay-seconds or an HTTP-date; ``None`` if unusable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+async def _careful(url: str, clients: int) -> int:
+    """
+    A careful hand-written loop with httpx alone: what smoothclient is measured against.
+
+    Full-jitter exponential backoff (capped); a ``Retry-After`` is a floor, plus up to
+    ``RETRY_AFTER_JITTER`` s; ``ATTEMPTS`` attempts within ``DEADLINE`` s, never slept past.
+    """
     import httpx
 
     failures = 0
@@ -55,12 +96,23 @@ async def _typical(url: str, clients: int) -> int:
 
         async def one() -> None:
             nonlocal failures
+            deadline = time.monotonic() + DEADLINE
             for attempt in range(ATTEMPTS):
-                response = await client.get("/work")
-                if response.status_code != 429:
-                    return
-                retry_after = response.headers.get("retry-after")
-                await asyncio.sleep(float(retry_after) if retry_after else 0.5 * 2**attempt)
+                retry_after = None
+                try:
+                    response = await client.get("/work")
+                except httpx.TransportError:
+                    pass
+                else:
+                    if response.status_code not in (429, 500, 502, 503, 504):
+                        return
+                    retry_after = retry_after_seconds(response.headers.get("retry-after"))
+                wait = random.uniform(0, min(WAIT_MAX, WAIT_INITIAL * 2**attempt))
+                if retry_after is not None:
+                    wait = max(wait, retry_after) + random.uniform(0, RETRY_AFTER_JITTER)
+                if attempt == ATTEMPTS - 1 or time.monotonic() + wait > deadline:
+                    break
+                await asyncio.sleep(wait)
             failures += 1
 
         await asyncio.gather(*(one() for _ in range(clients)))
@@ -73,14 +125,19 @@ async def _smooth(url: str, clients: int) -> int:
     from ..edges.httpx_transport import AsyncSmoothTransport
     from ..policy import RetryPolicy
 
-    transport = AsyncSmoothTransport(policy=RetryPolicy(attempts=ATTEMPTS, timeout=120))
+    policy = RetryPolicy(attempts=ATTEMPTS, timeout=DEADLINE)
+    transport = AsyncSmoothTransport(policy=policy)
     async with httpx.AsyncClient(transport=transport, base_url=url, timeout=60) as client:
         responses = await asyncio.gather(*(client.get("/work") for _ in range(clients)))
     return sum(1 for r in responses if r.status_code != 200)
 
 
 def _run(name: str, clients: int, rate: float, burst: float, style: str) -> DemoRun:
-    runner = _typical if name == "typical" else _smooth
+    import httpx  # noqa: F401  (imported before the clock starts, for both runs)
+
+    from ..edges import httpx_transport  # noqa: F401
+
+    runner = _careful if name == CAREFUL else _smooth
     with LimitedServer(rate, burst, style) as server:
         start = time.monotonic()
         failures = asyncio.run(runner(server.url, clients))
@@ -93,15 +150,15 @@ def run_demo(
     *, clients: int = 60, rate: float = 10.0, burst: float = 5.0, style: str = "ietf"
 ) -> tuple[DemoRun, DemoRun]:
     """
-    Run the herd with the typical setup and with smoothclient, side by side.
+    Run the herd with a careful hand-written retry loop and with smoothclient, side by side.
 
     Each against a server of its own, in a thread of its own: together they take as long as
     the slower one.
     """
     with ThreadPoolExecutor(2) as pool:
-        typical = pool.submit(_run, "typical", clients, rate, burst, style)
+        careful = pool.submit(_run, CAREFUL, clients, rate, burst, style)
         smooth = pool.submit(_run, "smoothclient", clients, rate, burst, style)
-        return typical.result(), smooth.result()
+        return careful.result(), smooth.result()
 
 
 def _fleet_process(url: str, clients: int, storage: str | None, barrier: Any, queue: Any) -> None:
@@ -115,7 +172,7 @@ def _fleet_process(url: str, clients: int, storage: str | None, barrier: Any, qu
     from ..policy import RetryPolicy
 
     pacer = Pacer(storage=storage) if storage else Pacer()
-    policy = RetryPolicy(attempts=ATTEMPTS, timeout=120)
+    policy = RetryPolicy(attempts=ATTEMPTS, timeout=DEADLINE)
     limits = httpx.Limits(max_connections=clients)
     transport = SmoothTransport(httpx.HTTPTransport(limits=limits), policy=policy, pacer=pacer)
     failures = 0
@@ -204,7 +261,30 @@ def table(runs: Sequence[DemoRun], *, clients: int, rate: float, burst: float) -
     width = 30
     lines = [f"{'':<{width}}" + "".join(f"{r.name:>16}" for r in runs)]
     lines += [f"{label:<{width}}" + "".join(f"{v:>16}" for v in values) for label, values in rows]
+    if [r.name for r in runs] == [CAREFUL, "smoothclient"]:
+        lines += ["", *_verdict(*runs)]
     return "\n".join(lines)
+
+
+def _verdict(careful: DemoRun, smooth: DemoRun) -> list[str]:
+    """What the careful loop is, and how smoothclient compared with it this run (either way)."""
+    if smooth.sent == careful.sent:
+        sent = "as many requests as"
+    elif smooth.sent < careful.sent:
+        sent = f"{careful.sent / max(smooth.sent, 1):.1f}x fewer requests than"
+    else:
+        sent = f"{smooth.sent / max(careful.sent, 1):.1f}x more requests than"
+    gap = careful.elapsed - smooth.elapsed
+    took = f"{abs(gap):.2f} s {'sooner' if gap >= 0 else 'later'}"
+    return [
+        f"{CAREFUL}: httpx and a loop; full-jitter backoff ({WAIT_INITIAL:g} s doubling, capped "
+        f"at {WAIT_MAX:g} s),",
+        f"  at least Retry-After plus up to {RETRY_AFTER_JITTER:g} s of jitter. Both: {ATTEMPTS} "
+        f"attempts, {DEADLINE:g} s deadline.",
+        f"This run, smoothclient sent {sent} {CAREFUL} ({smooth.throttled} vs "
+        f"{careful.throttled} 429s)",
+        f"  and finished {took}.",
+    ]
 
 
 def _bar(ok: int, throttled: int, scale: float, width: int) -> str:

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from smoothclient.tools import cli
-from smoothclient.tools.demo import chart, run_demo, table
+from smoothclient.tools.demo import CAREFUL, DemoRun, chart, retry_after_seconds, run_demo, table
 from smoothclient.tools.simulate import simulate
 
 
@@ -92,17 +92,58 @@ def test_simulate_ranks_strategies(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.e2e
-def test_demo_smoothclient_beats_typical() -> None:
-    """A small herd: smoothclient sends fewer requests, sees fewer 429s and drains sooner."""
-    typical, smooth = run_demo(clients=20, rate=40, burst=5)
-    assert typical.failures == smooth.failures == 0
-    assert smooth.throttled < typical.throttled
-    assert smooth.elapsed < typical.elapsed
-    text = table([typical, smooth], clients=20, rate=40, burst=5)
+def test_demo_sets_smoothclient_beside_a_careful_loop() -> None:
+    """A small herd: the careful jittered loop and smoothclient both finish; the table says how."""
+    careful, smooth = run_demo(clients=20, rate=40, burst=5)
+    assert (careful.name, smooth.name) == (CAREFUL, "smoothclient")
+    assert careful.failures == smooth.failures == 0
+    assert careful.sent - careful.throttled == smooth.sent - smooth.throttled == 20
+    assert smooth.throttled < careful.throttled  # paced at the advertised rate: hardly a 429
+    text = table([careful, smooth], clients=20, rate=40, burst=5)
     assert "429 responses" in text
-    drawn = chart([typical, smooth])
+    assert "full-jitter backoff" in text
+    assert "at least Retry-After" in text
+    assert f"({smooth.throttled} vs {careful.throttled} 429s)" in text
+    drawn = chart([careful, smooth])
     assert "█" in drawn
     assert max(len(line) for line in drawn.splitlines()) <= 100
+
+
+def _table(*runs: DemoRun) -> str:
+    return table(runs, clients=10, rate=10, burst=5)
+
+
+def test_the_verdict_reads_the_numbers_either_way() -> None:
+    """The table's last line is measured: a smoothclient run that lost would say so."""
+    careful = DemoRun(CAREFUL, [(0.0, 200)] * 10, 1.0, 0)
+    slower = DemoRun("smoothclient", [(0.0, 200)] * 20, 1.5, 0)
+    assert "2.0x more requests than careful retries" in _table(careful, slower)
+    assert "0.50 s later" in _table(careful, slower)
+    faster = DemoRun("smoothclient", [(0.0, 200)] * 5, 0.25, 0)
+    assert "2.0x fewer requests" in _table(careful, faster)
+    assert "0.75 s sooner" in _table(careful, faster)
+    fleet = [DemoRun("each alone", [], 1.0, 0), DemoRun("sharing Redis", [], 1.0, 0)]
+    assert "jitter" not in table(fleet, clients=10, rate=10, burst=5)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("3", 3.0),
+        (" 1.5 ", 1.5),
+        ("-4", 0.0),
+        ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),
+        ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # in the past: at once
+        ("soon", None),
+        ("", None),
+        (None, None),
+        ("nan", None),
+    ],
+)
+def test_the_careful_loop_reads_retry_after(value: str | None, seconds: float | None) -> None:
+    """Delay-seconds or an HTTP-date (RFC 9110), against a fixed clock."""
+    now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    assert retry_after_seconds(value, now=now) == seconds
 
 
 @pytest.mark.e2e
@@ -130,10 +171,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_a_long_run_charts_in_at_most_thirty_rows() -> None:
     """11.5 s of arrivals: rows widen (here to 0.5 s) so the chart fits a screen."""
-    from smoothclient.tools.demo import DemoRun
-
     arrivals = [(i * 0.05, 429 if i % 3 else 200) for i in range(230)]
-    long = DemoRun("typical", arrivals, 11.5, 0)
+    long = DemoRun(CAREFUL, arrivals, 11.5, 0)
     short = DemoRun("smoothclient", arrivals[:100], 5.0, 0)
     lines = chart([long, short]).splitlines()
     assert len(lines) <= 30
