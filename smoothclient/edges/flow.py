@@ -26,6 +26,7 @@ from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide
 from ..errors import RateLimited
 from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
+from ..pacing import outage
 from ..pacing.scopes import names_new_scopes
 from ..pacing.store import Steps, Tracker, Trip, answer, answer_async, boxed, stepwise
 from ..policy import RetryPolicy
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("smoothclient")
+#: Transport failures that count toward an origin's outage (see pacing/outage.py).
+OUTAGE_ERRORS = frozenset({"connect", "timeout", "read"})
 _SUCCESS = GiveUp("success", final=True)
 _NO_HINTS = Hints()
 R = TypeVar("R")
@@ -77,7 +80,7 @@ class Reply:
 
     status: int
     headers: Mapping[str, str] | Any
-    body: bytes | None = None  # a small JSON error body, read for delay hints (R15)
+    body: bytes | None = None  # a small JSON error body, read for delay hints (docs/headers.md R15)
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +260,8 @@ class CallFlow:
                 now, not_before=not_before, deadline=deadline
             )
             if not admission.granted:
-                return self._refused(admission.delay)
+                down = yield from stepwise(self.tracker).read(outage.down_for(now))
+                return self._refused(admission.delay, now, deadline, down)
             if admission.final:
                 break
             yield self._sleep(admission.delay)
@@ -272,10 +276,16 @@ class CallFlow:
             self.record.pacer_waits.append(waited - backoff)
         return True
 
-    def _refused(self, delay: float) -> bool:
+    def _refused(
+        self, delay: float, now: float, deadline: float | None, down: float | None
+    ) -> bool:
+        left = "no deadline" if deadline is None else f"{max(0.0, deadline - now):.3g} s left"
         reason = (
-            f"the origin admits no request for {delay:.3g} s, past the deadline or max_retry_after"
+            f"the origin admits no request for {delay:.3g} s ({left} of the deadline or "
+            "max_retry_after)"
         )
+        if down is not None:
+            reason += f"; it has failed every request for {down:.3g} s, next probe in {delay:.3g} s"
         if self.record.attempts == 0:
             raise RateLimited(f"{self.describe}: {reason}", retry_after=delay)
         self.record.gave_up = reason
@@ -301,6 +311,8 @@ class CallFlow:
         elif isinstance(result, Failure):
             self.record.status = None
             tracker.failed()
+            if result.kind in OUTAGE_ERRORS:  # refused, timed out, cut off: an outage's evidence
+                yield from stepwise(tracker).update(functools.partial(outage.failed, now=now))
             hints = (
                 _NO_HINTS if result.retry_after is None else Hints(retry_after=result.retry_after)
             )

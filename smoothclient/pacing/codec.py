@@ -26,6 +26,7 @@ from typing import Any
 from ..policy import RetryBudget
 from .budget import BudgetCounts
 from .gcra import Gcra
+from .outage import Outage
 from .state import MAX_SUCCESSES, OriginState
 
 __all__ = ["dump", "load"]
@@ -74,6 +75,8 @@ def _plain(name: str, value: Any) -> Any:
         ]
     if name == "routes":
         return {route: list(names) for route, names in value.items()}
+    if name == "outage":
+        return list(dataclasses.astuple(value))
     if isinstance(value, deque | tuple):
         return list(value)
     return value
@@ -98,6 +101,19 @@ def _budgets(value: list[Any]) -> dict[RetryBudget, BudgetCounts]:
     return found
 
 
+def _outage(value: list[Any]) -> Outage:
+    fails, first, served, down, gap, probes, release = value
+    return Outage(
+        int(fails),
+        float(first),
+        float(served),
+        None if down is None else float(down),
+        float(gap),
+        int(probes),
+        float(release),
+    )
+
+
 def _tuple(value: list[Any] | None) -> tuple[Any, ...] | None:
     """An optional tuple field (JSON writes it as a list)."""
     return None if value is None else tuple(value)
@@ -110,6 +126,7 @@ _LOADERS: dict[str, Any] = {
     "throttles": _load_times,
     "successes": _load_times,
     "routes": lambda v: {str(k): tuple(str(n) for n in names) for k, names in v.items()},
+    "outage": _outage,
     "cut": _tuple,
     "exhausted": _tuple,
     "ledger_set": _tuple,

@@ -14,7 +14,7 @@ import dataclasses
 import math
 
 from ..hints.model import Hints
-from . import controller, crowd
+from . import controller, crowd, outage
 from .controller import SKEW
 from .state import EARLY_MISSES, OriginState, Settings
 
@@ -53,6 +53,15 @@ def observe(
     o.known = True
     throttled = status == 429 or (status == 503 and hints.retry_after is not None)
     throttled = throttled or (status == 403 and hints.exhausted)
+    failure = outage.is_failure(status)
+    if failure:
+        # an outage's evidence; while an outage's backlog is released, also a throttle
+        closed = status == 503 and hints.retry_after is not None
+        throttled = (
+            outage.failed(o, now=now, closed=closed) and hints.remaining is None
+        ) or throttled
+    elif o.outage.fails or o.outage.down_since is not None:
+        outage.answered(o, s, now)
     if hints.retry_after is not None and status >= 300 and (status != 429 or hints.origin_wide):
         # a 503's Retry-After speaks for the whole origin (so does a 429 saying its limit is
         # global); a 429's only for its request (the limiter model or the learned rate holds
@@ -84,7 +93,7 @@ def observe(
     else:
         if status < 400:  # (only where no quota is stated: a crowd window is set only there)
             crowd.served(o, s, now, sent_at)
-        if o.learned:
+        if o.learned and not failure:
             controller.recovered(o, s, now, sent_at)
 
 

@@ -14,6 +14,9 @@ What moves the state (h11-style, in one place):
 evidence                      effect
 ============================  =========================================================
 ``Retry-After`` on an error   the gate closes until then, for everyone
+failures in a row (5xx, no   the origin is down: the gate admits one probe at a time;
+``Retry-After``, refused)     reopened, what waited is released at the rate served before
+                              (see :mod:`.outage`)
 quota with limit and window   the pace mirrors the server's bucket (rate = limit/window,
                               burst up to what the server says is left)
 quota without a window        the window is guessed: the longest time-to-reset seen for a
@@ -40,6 +43,7 @@ from ..engine.decide import CohortView
 from ..policy import RetryBudget
 from .budget import BudgetCounts
 from .gcra import Gcra
+from .outage import Outage, taken
 
 __all__ = [
     "Admission",
@@ -118,6 +122,7 @@ class OriginView:
     reset_in: float | None = None  # seconds until the quota resets, if known
     kind: Kind = "unknown"  # what the quota does between resets (see Kind)
     window: float | None = None  # the quota's window: limit over the mirrored rate, or guessed
+    down_for: float | None = None  # how long the origin has been down (failing everything)
 
 
 @dataclass(slots=True)
@@ -192,6 +197,8 @@ class OriginState:
     crowded_at: float = -1e18  # when a throttle last set it
     crowd_moved: float = -1e18  # when it last admitted a request or heard back from one
     lone_at: float = -1e18  # when a request was last turned away with nobody else in flight
+    # the outage rule's part (see .outage): failures in a row, down since, probes, release
+    outage: Outage = field(default_factory=Outage)
 
     def succeeded(self, now: float) -> None:
         """
@@ -329,6 +336,8 @@ def _slot(o: OriginState, at: float) -> float | None:
 def _take(o: OriginState, at: float) -> None:
     """Spend a slot at ``at``: the GCRA's, the ledger's, or the reset probe's."""
     o.pace.take(at)
+    if o.outage.down_since is not None:
+        taken(o, at)  # the probe of an origin that is down
     if o.crowd_window != INF:
         o.crowd_moved = at
     o.first_seen = min(o.first_seen, at)
@@ -367,6 +376,7 @@ def healthy(o: OriginState | None, now: float) -> bool:
         and not o.waiting
         and o.kind != "window"
         and o.crowd_window == INF
+        and o.outage.down_since is None
     )
 
 
@@ -414,6 +424,7 @@ def view(origin: str, o: OriginState, now: float) -> OriginView:
         None if o.reset_at is None else max(0.0, o.reset_at - now),
         o.kind,
         _window(o),
+        None if o.outage.down_since is None else max(0.0, now - o.outage.down_since),
     )
 
 

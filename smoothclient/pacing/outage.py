@@ -1,0 +1,147 @@
+"""
+Outages: an origin that fails nearly everything gets probes, not retries, and reopens gently.
+
+Pure functions of an origin's :class:`~smoothclient.pacing.state.OriginState` and ``now``, like
+the rest of the model: a store applies them atomically (see ``docs/outages.md``).
+
+The law, in three parts:
+
+1. **Down.**  :data:`DOWN_AFTER` failures in a row (500, 502, 503, 504, refused
+   connections, timeouts), with no success between them, mark the
+   origin down.  Runs that long are rare when an origin fails only part of its requests (at
+   half of them, one run in 2**8), so a brownout keeps its retries; a dead origin trips it in
+   a fraction of a second at any real rate.
+2. **Probes, not retries.**  While down, the origin's gate is closed: calls that still have
+   deadline left wait without sending (first attempts and retries alike), and one request at
+   a time goes as a probe when the gate opens.  A failed probe closes it again for a longer,
+   jittered gap (from :data:`PROBE_GAP` to :data:`MAX_PROBE_GAP`; never before a gate a
+   ``Retry-After`` closed), so a fleet sharing a store
+   sends one probe per gap and a fleet sharing nothing sends a few.  A call whose deadline
+   falls before the next probe gives up without sending, saying why.
+3. **Reopen gently.**  The first answer that is not a failure reopens the origin.  What waited
+   is then released at the rate the origin served just before it failed (a learned rate the
+   controller grows per success, as a slow start does), and for :data:`RELEASE` seconds a 5xx
+   is also a throttle that cuts that rate: a recovering server that answers its overload with
+   503s slows the release down instead of being buried by it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the state holds an Outage: this module sits below it
+    from .state import OriginState, Settings
+
+__all__ = ["DOWN_AFTER", "Outage", "answered", "down_for", "failed", "is_failure", "taken"]
+
+#: Failures in a row (no success between) that mark an origin down.
+DOWN_AFTER = 8
+#: The first gap between probes of an origin that is down (seconds); each failed probe
+#: widens it by half, up to :data:`MAX_PROBE_GAP`.
+PROBE_GAP = 0.25
+#: The widest gap between probes: an origin back is found within about this long.
+MAX_PROBE_GAP = 1.0
+#: After reopening, a 5xx counts as a throttle (it cuts the release rate) for this long.
+RELEASE = 10.0
+#: Statuses that say the origin failed the request (not a rate limit, not the client's fault).
+FAILURE_STATUSES = frozenset({500, 502, 503, 504})
+_GOLDEN = 0.6180339887498949
+
+
+@dataclass(slots=True)
+class Outage:
+    """The outage rule's part of an origin's state (moved only by this module)."""
+
+    fails: int = 0  # failures since the last success (a run)
+    first_fail: float = -1e18  # when the run began
+    served: float = 0.0  # successes in the second before the run began (req/s)
+    down_since: float | None = None  # when the origin was marked down (None: it is not)
+    gap: float = PROBE_GAP  # the gap before the next probe
+    probes: int = 0  # probes sent since the origin went down
+    release_until: float = -1e18  # after reopening: 5xx are throttles until then
+
+
+def is_failure(status: int) -> bool:
+    """Whether an answer is an outage's evidence: a 500, 502, 503 or 504."""
+    return status in FAILURE_STATUSES
+
+
+def _jittered(gap: float, now: float) -> float:
+    """``gap`` scaled into [0.5, 1] by a value drawn from ``now`` (pure; no RNG to inject)."""
+    draw = math.modf(abs(now) * 1000.0 * _GOLDEN)[0]
+    return gap * (0.5 + 0.5 * draw)
+
+
+def down_for(now: float) -> Callable[[OriginState], float | None]:
+    """A look at a state: how long its origin has been down at ``now`` (``None``: it is not)."""
+
+    def look(o: OriginState) -> float | None:
+        since = o.outage.down_since
+        return None if since is None else max(0.0, now - since)
+
+    return look
+
+
+def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
+    """
+    Note a failure (an :func:`is_failure` status or a transport failure).
+
+    ``closed``: the answer closed the origin for a while (a 503's ``Retry-After``): it is down
+    at once, so that what waits behind that gate is released gently when it opens.
+
+    Returns whether it is, for the release's rate controller, a throttle: a 5xx while what
+    waited out an outage is being released (see :data:`RELEASE`).
+    """
+    b = o.outage
+    if b.fails and o.successes and o.successes[-1] >= b.first_fail:
+        b.fails = 0  # a success since: a new run
+    if not b.fails:
+        b.first_fail = now
+        b.served = sum(1 for t in o.successes if t >= now - 1.0)
+    b.fails += 1
+    if b.down_since is not None:  # a probe failed: the next goes later
+        b.gap = min(MAX_PROBE_GAP, b.gap * 1.5)
+        o.gate = max(o.gate, now + _jittered(b.gap, now))
+        return False
+    if b.fails >= DOWN_AFTER or closed:
+        b.down_since, b.gap, b.probes = now, PROBE_GAP, 0
+        o.gate = max(o.gate, now + _jittered(b.gap, now))
+        return False
+    return now < b.release_until
+
+
+def taken(o: OriginState, at: float) -> None:
+    """A request was admitted at ``at`` while the origin is down: it is the probe."""
+    b = o.outage
+    b.probes += 1
+    o.gate = max(o.gate, at + b.gap)  # the others wait for its answer (or the next probe)
+
+
+def answered(o: OriginState, s: Settings, now: float) -> None:
+    """
+    An answer that is not a failure: the run ends; an origin down reopens.
+
+    What waited is released at the rate served before the outage (at least the pacer's
+    floor), which the rate controller then grows per success; an origin whose pace the server
+    states keeps that pace.
+    """
+    b = o.outage
+    b.fails = 0
+    if b.down_since is None:
+        return
+    b.down_since = None
+    b.gap = PROBE_GAP
+    b.release_until = now + RELEASE
+    o.gate = min(o.gate, now)
+    pace = o.pace
+    if pace.rate is None or o.learned:  # (a rate cut during the outage measured nothing)
+        pace.rate = max(s.learned_floor, b.served)
+        pace.burst = 1.0
+        pace.tat = max(pace.tat, now)
+        o.learned = True
+        o.ceiling = math.inf  # a slow start: no measured ceiling yet
+        o.cut = None
+        o.last_throttle = max(o.last_throttle, now - 1.0)
