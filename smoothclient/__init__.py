@@ -12,6 +12,7 @@ needs.  ``__all__`` lists the same names (a test holds them together).
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from .spreading.spread import spread
     from .telemetry.otel import OpenTelemetryHooks
     from .telemetry.prometheus import PrometheusHooks
+
+logging.getLogger("smoothclient").addHandler(logging.NullHandler())
 
 #: Every public name: the module it lives in (under ``smoothclient.``) and the extra it needs.
 PUBLIC: dict[str, tuple[str, str | None]] = {
