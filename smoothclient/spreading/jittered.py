@@ -16,7 +16,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 import wrapt
 
 from .._validate import positive_int, seconds
-from ._aio import async_sleep
+from ._aio import async_sleep, iterate_after
 
 P = ParamSpec("P")
 R_co = TypeVar("R_co", covariant=True)
@@ -132,6 +132,9 @@ class _JitteredFunction(wrapt.FunctionWrapper[Any, Any]):
         return self._later(self.__wrapped__, args, kwargs)
 
     def _later(self, target: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        if inspect.isasyncgenfunction(target):
+            msg = "later() cannot schedule an async generator: iterate it (it waits first)"
+            raise TypeError(msg)
         delay = self._self_draw()
         if inspect.iscoroutinefunction(target):
 
@@ -197,7 +200,15 @@ def jittered(
     :class:`concurrent.futures.Future` from a :class:`Scheduler` (one timer thread) for sync
     functions, an :class:`asyncio.Task` on the running loop for async ones.  Both have
     ``cancel()`` and the result.
+
+    An async generator function waits (on the event loop) before its first item.
     """
+    if callable(max_wait):
+        msg = (
+            "jittered needs its bounds: write @jittered(max_wait) or @jittered(max_wait, "
+            "min_wait) (seconds), not a bare @jittered"
+        )
+        raise TypeError(msg)
     hi = seconds("max_wait", max_wait)
     lo = seconds("min_wait", min_wait)
     if lo > hi:
@@ -209,13 +220,21 @@ def jittered(
         return lo + (hi - lo) * generator.random()
 
     def decorate(fn: Callable[..., Any]) -> Any:
-        if inspect.iscoroutinefunction(fn):
+        if inspect.isasyncgenfunction(fn):
+
+            def agen_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+                return iterate_after(
+                    lambda: (sleep or async_sleep)(draw()), wrapped(*args, **kwargs)
+                )
+
+            wrapper: Callable[..., Any] = agen_wrapper
+        elif inspect.iscoroutinefunction(fn):
 
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
                 await (sleep or async_sleep)(draw())
                 return await wrapped(*args, **kwargs)
 
-            wrapper: Callable[..., Any] = async_wrapper
+            wrapper = async_wrapper
         else:
 
             def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -18,7 +18,7 @@ from ..pacing.gcra import Gcra
 from ..pacing.keys import LruMap
 from ..pacing.state import OriginState
 from ..pacing.store import Tracker, in_thread, on_asyncio, run_async, stepwise
-from ._aio import async_sleep
+from ._aio import async_sleep, iterate_after
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -117,7 +117,15 @@ def paced(
     same function (``name``, default its module and qualified name) shares it, each token
     taken atomically; a Redis that fails falls back to this process's bucket.  The clock is
     then the Redis server's ``TIME``.
+
+    An async generator function waits for its token (on the event loop) before its first item.
     """
+    if callable(rate):
+        msg = (
+            "paced needs its rate: write @paced(rate), @paced(rate, per=seconds) ..., "
+            "not a bare @paced"
+        )
+        raise TypeError(msg)
     if isinstance(rate, bool) or not isinstance(rate, int | float):
         msg = f"rate must be a number, not {type(rate).__name__}"
         raise TypeError(msg)
@@ -175,13 +183,26 @@ def _wrap(
     sleep: Callable[[float], Any] | None,
 ) -> F:
     """``fn`` waiting for a token of its bucket before each call."""
+
+    async def token(args: Any, kwargs: Any) -> None:
+        """Wait for a token on the event loop."""
+        wait = await bucket_for(args, kwargs).reserve_async(clock(), block=block)
+        if wait > 0:
+            await (sleep or async_sleep)(wait)
+
+    if inspect.isasyncgenfunction(fn):  # the wait comes before the first item
+
+        @wrapt.decorator
+        def agen_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+            return iterate_after(lambda: token(args, kwargs), wrapped(*args, **kwargs))
+
+        return agen_wrapper(fn)  # type: ignore[return-value]
+
     if inspect.iscoroutinefunction(fn):
 
         @wrapt.decorator
         async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-            wait = await bucket_for(args, kwargs).reserve_async(clock(), block=block)
-            if wait > 0:
-                await (sleep or async_sleep)(wait)
+            await token(args, kwargs)
             return await wrapped(*args, **kwargs)
 
         return async_wrapper(fn)  # type: ignore[return-value]
