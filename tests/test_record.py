@@ -83,7 +83,7 @@ def test_exceptions_of_edges_and_retry_carry_the_record(clock: FakeClock) -> Non
     assert record is not None
     assert (record.attempts, record.status) == (2, None)
 
-    @retry(attempts=2, wait_initial=0.01, sleep=clock.sleep, clock=clock)
+    @retry(on=ValueError, attempts=2, wait_initial=0.01, sleep=clock.sleep, clock=clock)
     def flaky() -> None:
         raise ValueError("no")
 

@@ -10,15 +10,18 @@ failure, exactly as the HTTP edges do; there is nothing to pace, so no pacer is 
 
 from __future__ import annotations
 
+import errno
 import inspect
 import logging
 import random
+import socket
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import wrapt
 
@@ -31,12 +34,64 @@ from ..pacing.budget import BudgetCounts
 from ..policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
 from ._aio import async_sleep
 
-__all__ = ["Attempt", "RetryContext", "retry", "retry_context"]
+__all__ = ["Attempt", "RetryContext", "is_transient", "retry", "retry_context", "transient_errors"]
 
 log = logging.getLogger("smoothclient")
 F = TypeVar("F", bound=Callable[..., Any])
 OnError = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], Any]
+ErrorTypes = type[BaseException] | tuple[type[BaseException], ...]
 _NO_HINTS = Hints()
+
+#: The client libraries' transient errors, by module: each counts only once its library is
+#: imported (smoothclient never imports one for this).
+CLIENT_TRANSIENT_ERRORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("httpx", ("TransportError",)),
+    ("requests", ("ConnectionError", "Timeout")),
+    ("aiohttp", ("ClientConnectionError",)),
+)
+#: ``errno`` values of an ``OSError`` that say the network, not the program, failed (those of
+#: ``ConnectionError`` and ``TimeoutError`` are already their subclasses).
+NETWORK_ERRNOS: frozenset[int] = frozenset(
+    getattr(errno, name)
+    for name in ("ENETDOWN", "ENETUNREACH", "ENETRESET", "EHOSTDOWN", "EHOSTUNREACH")
+    if hasattr(errno, name)
+)
+
+
+def transient_errors() -> tuple[type[BaseException], ...]:
+    """
+    The exception types ``@retry`` retries by default, as of now.
+
+    ``ConnectionError`` and ``TimeoutError``, then ``httpx.TransportError``,
+    ``requests.ConnectionError``, ``requests.Timeout`` and ``aiohttp.ClientConnectionError``
+    for each of those libraries already imported (none is imported here).
+    """
+    found: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module_name, names in CLIENT_TRANSIENT_ERRORS:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name in names:
+            kind = getattr(module, name, None)
+            if isinstance(kind, type) and issubclass(kind, BaseException):
+                found.append(kind)
+    return tuple(found)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """
+    Whether ``exc`` is a network failure worth retrying: ``@retry``'s default ``on``.
+
+    One of :func:`transient_errors`, an ``OSError`` whose ``errno`` is a network's
+    (:data:`NETWORK_ERRNOS`: network down or unreachable, host unreachable), or a DNS lookup
+    that failed for now (``socket.gaierror`` ``EAI_AGAIN``).  A bug (``ValueError``,
+    ``KeyError``...) never is.
+    """
+    if isinstance(exc, transient_errors()):
+        return True
+    if isinstance(exc, socket.gaierror):
+        return exc.errno == socket.EAI_AGAIN
+    return isinstance(exc, OSError) and exc.errno in NETWORK_ERRNOS
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +123,9 @@ def _verdict(value: Any) -> tuple[bool, float | None]:
     return True, None
 
 
-def _error_classifier(on: OnError) -> Callable[[Exception], _Failure | None]:
+def _error_classifier(on: OnError | None) -> Callable[[Exception], _Failure | None]:
+    if on is None:
+        on = is_transient
     candidates: tuple[Any, ...] = on if isinstance(on, tuple) else (on,)
     is_types = all(isinstance(t, type) and issubclass(t, BaseException) for t in candidates)
     if not is_types and (isinstance(on, tuple | type) or not callable(on)):
@@ -184,9 +241,12 @@ class _Run:
         return result
 
 
+@overload
 def retry(
-    on: OnError = Exception,
+    types: ErrorTypes | None = None,
+    /,
     *,
+    on: OnError | None = None,
     on_result: Callable[[Any], Any] | None = None,
     policy: RetryPolicy | None = None,
     idempotent: bool = True,
@@ -194,14 +254,44 @@ def retry(
     sleep: Callable[[float], Any] | None = None,
     clock: Callable[[], float] = time.monotonic,
     **policy_changes: Any,
-) -> Callable[[F], F]:
+) -> Callable[[F], F]: ...
+
+
+@overload
+def retry(fn: F, /) -> F: ...
+
+
+def retry(
+    target: Any = None,
+    /,
+    *,
+    on: OnError | None = None,
+    on_result: Callable[[Any], Any] | None = None,
+    policy: RetryPolicy | None = None,
+    idempotent: bool = True,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Any] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    **policy_changes: Any,
+) -> Any:
     """
     Retry a function with the transports' policy, backoff, deadline and budget.
 
+    Used bare (``@retry``) or with arguments (``@retry(on=..., attempts=3)``).
+
     Args:
-        on: exception types to retry, or a predicate over the exception returning False (do not
-            retry), True (retry) or a delay in seconds (retry no earlier: it *shifts* the window
-            like ``Retry-After``, e.g. a delay read from an API's error).
+        target: the one positional argument: the function itself (bare ``@retry``), or the
+            exception types of ``on`` (``@retry(OSError)``).
+        on: what to retry: exception types (a type or a tuple of them), or a predicate over
+            the exception returning False (do not retry), True (retry) or a delay in seconds
+            (retry no earlier: it *shifts* the window like ``Retry-After``, e.g. a delay read
+            from an API's error); a predicate goes by keyword (``on=...``).  The default
+            retries transient network errors only (:func:`is_transient`):
+            ``ConnectionError``, ``TimeoutError``, an ``OSError`` of an unreachable network
+            or host, a DNS lookup failed for now, and, when their library is imported,
+            ``httpx.TransportError``, ``requests.ConnectionError``, ``requests.Timeout`` and
+            ``aiohttp.ClientConnectionError``.  Any other exception (a bug: ``ValueError``,
+            ``KeyError``...) ends the call at once; ``on=Exception`` retries them all.
         on_result: a predicate over the return value, with the same answers.
         policy: a :class:`~smoothclient.RetryPolicy` (default ``DEFAULT_POLICY``); any other
             keyword (``attempts=3, timeout=10``...) replaces a field of it.
@@ -214,6 +304,21 @@ def retry(
 
     When retries run out the last exception is re-raised, or the last result returned.
     """
+    bare: Any = None
+    if target is not None:
+        if _is_error_types(target):
+            if on is not None:
+                msg = "give on once: as the positional argument or as on=, not both"
+                raise TypeError(msg)
+            on = target
+        elif callable(target) or isinstance(target, classmethod | staticmethod):
+            bare = target  # @retry without parentheses: the function itself
+        else:
+            msg = (
+                "retry's positional argument must be an exception type, a tuple of them, or the "
+                f"function to decorate (bare @retry), not {target!r}"
+            )
+            raise TypeError(msg)
     effective = _policy(policy, policy_changes)
     failure_of = _error_classifier(on)
     generator = rng or random.Random()
@@ -272,7 +377,13 @@ def retry(
 
         return sync_wrapper(fn)  # type: ignore[return-value]
 
-    return decorate
+    return decorate if bare is None else decorate(bare)
+
+
+def _is_error_types(value: object) -> bool:
+    """Whether ``value`` is an exception type or a tuple of them."""
+    candidates = value if isinstance(value, tuple) else (value,)
+    return all(isinstance(t, type) and issubclass(t, BaseException) for t in candidates)
 
 
 def _check_decoratable(fn: Any) -> None:
@@ -346,7 +457,7 @@ class RetryContext:
 
     def __init__(
         self,
-        on: OnError,
+        on: OnError | None,
         policy: RetryPolicy,
         idempotent: bool,
         rng: random.Random,
@@ -402,7 +513,7 @@ class RetryContext:
 
 
 def retry_context(
-    on: OnError = Exception,
+    on: OnError | None = None,
     *,
     policy: RetryPolicy | None = None,
     idempotent: bool = True,
@@ -422,7 +533,8 @@ def retry_context(
                 sync_the_catalogue()
 
     (``async for`` in async code.)  The arguments are :func:`retry`'s (but ``on_result``: a
-    block returns nothing); ``name`` is what the log lines and hooks call the block.  An
+    block returns nothing; ``on`` defaults to the same transient network errors,
+    :func:`is_transient`); ``name`` is what the log lines and hooks call the block.  An
     exception ``on`` retries is swallowed by ``with attempt:`` and the loop waits before the
     next attempt; when retries run out it propagates, with the call record noted on it
     (:func:`~smoothclient.record_of`).  The ``on_success`` / ``on_give_up`` hooks of the
