@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import functools
 import inspect
 import math
@@ -299,6 +300,13 @@ class _LeaderGone(Exception):
     """The loader of a key was cancelled or interrupted: its waiters load the key themselves."""
 
 
+#: The keys the current task chain is loading, as ``(id(memo), key)``: what the thread of a
+#: sync flight is to the sync path (a task, and the tasks it starts, inherit it).
+_LOADING: contextvars.ContextVar[frozenset[tuple[int, Hashable]]] = contextvars.ContextVar(
+    "smoothclient_cache_loading", default=frozenset()
+)
+
+
 def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., Hashable]) -> Any:
     def load(k: Hashable, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Run ``fn`` once for ``k`` however many threads ask at once."""
@@ -379,6 +387,7 @@ def _async_wrapper(
         The flight is a thread-safe future, so tasks of other loops (other threads) wait on it
         too; a waiter whose leader was cancelled loads the key itself.
         """
+        mine = (id(memo), k)
         while True:
             with memo.flights_lock:
                 flight: concurrent.futures.Future[Any] | None = memo.flights.get(k)
@@ -386,6 +395,8 @@ def _async_wrapper(
                     flight = memo.flights[k] = concurrent.futures.Future()
                     flight.set_running_or_notify_cancel()  # a waiter's cancel never reaches it
                     break
+            if mine in _LOADING.get():  # fn awaits itself with its own key (as the sync path)
+                return await fn(*args, **kwargs)  # waiting on itself would never end: no caching
             waited = asyncio.wrap_future(flight)
             waited.add_done_callback(_retrieve)  # a cancelled waiter leaves it unread
             try:
@@ -395,6 +406,7 @@ def _async_wrapper(
                 if entry is not None:
                     return entry.value
         start = memo.now()
+        loading = _LOADING.set(_LOADING.get() | {mine})
         try:
             memo.stats.add("loads")
             value = await fn(*args, **kwargs)
@@ -410,6 +422,7 @@ def _async_wrapper(
             flight.set_exception(_LeaderGone())
             raise
         finally:
+            _LOADING.reset(loading)
             with memo.flights_lock:
                 del memo.flights[k]
 
@@ -474,7 +487,18 @@ def cached(
     Single-flight holds across threads and, for async functions, across the tasks of any
     number of asyncio event loops (a loader that is cancelled hands the key to its waiters).
     Async functions need asyncio (not trio): the flights and background refreshes use it.
+    A function that calls (or awaits) itself with the key it is loading gets that inner call
+    run uncached: waiting on its own load would never end.
     """
+    if callable(cache) and not hasattr(cache, "__setitem__"):
+        msg = (
+            "cached needs a cache: write @cached(JitteredTTLCache(maxsize, ttl)) (or any "
+            f"cachetools cache), not a bare @cached (got the function {cache!r})"
+        )
+        raise TypeError(msg)
+    if not (hasattr(cache, "get") and hasattr(cache, "__setitem__")):
+        msg = f"cache must be a cachetools cache or another mutable mapping, not {cache!r}"
+        raise TypeError(msg)
     beta = optional_seconds("early_refresh", early_refresh)
     swr = optional_seconds("stale_while_revalidate", stale_while_revalidate)
     sie = optional_seconds("stale_if_error", stale_if_error)

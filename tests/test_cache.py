@@ -442,3 +442,65 @@ def test_methods_via_methodkey() -> None:
     repo = Repo()
     assert repo.get("a") == repo.get("a") == "a"
     assert repo.calls == 1
+
+
+def test_bare_cached_raises_when_decorating() -> None:
+    """@cached without its cache used to return a function where the value was expected."""
+
+    def load(key: str) -> str:
+        return key
+
+    with pytest.raises(TypeError, match=r"cached needs a cache: write @cached\(JitteredTTLCache"):
+        cached(load)
+    with pytest.raises(TypeError, match="cache must be a cachetools cache or another mutable"):
+        cached(5)
+
+
+def test_async_self_await_on_the_same_key_does_not_deadlock() -> None:
+    """An async cached function awaiting itself with its own key completes, as the sync one."""
+
+    @cached(
+        cachetools.LRUCache(maxsize=10),
+        key=lambda n, depth=0: cachetools.keys.hashkey(n),
+        info=True,
+    )
+    async def load(n: int, depth: int = 0) -> int:
+        if depth == 0:
+            return await load(n, depth=1)  # inner call: run uncached, not waited on
+        return n * 10
+
+    @cached(cachetools.LRUCache(maxsize=10), key=lambda n, depth=0: cachetools.keys.hashkey(n))
+    async def fanned(n: int, depth: int = 0) -> int:
+        if depth == 0:  # a task it starts (and waits for) asks for the same key
+            (inner,) = await asyncio.gather(fanned(n, depth=1))
+            return inner + 1
+        return n
+
+    async def main() -> tuple[int, int, int]:
+        first = await asyncio.wait_for(load(1), timeout=1.0)
+        again = await load(1)  # the outer call's value was cached
+        return first, again, await asyncio.wait_for(fanned(5), timeout=1.0)
+
+    assert asyncio.run(main()) == (10, 10, 6)
+    info = load.cache_info()  # type: ignore[attr-defined]
+    assert (info.loads, info.hits) == (1, 1)
+
+
+def test_other_tasks_still_share_one_load_while_it_awaits_itself() -> None:
+    """Only the loading task chain skips the flight; concurrent callers still wait on it."""
+    loads = 0
+
+    @cached(cachetools.LRUCache(maxsize=10), key=lambda n, depth=0: cachetools.keys.hashkey(n))
+    async def load(n: int, depth: int = 0) -> int:
+        nonlocal loads
+        if depth == 0:
+            loads += 1
+            await asyncio.sleep(0.01)
+            return await load(n, depth=1)
+        return n
+
+    async def main() -> list[int]:
+        return await asyncio.wait_for(asyncio.gather(*(load(3) for _ in range(8))), timeout=1.0)
+
+    assert asyncio.run(main()) == [3] * 8
+    assert loads == 1
