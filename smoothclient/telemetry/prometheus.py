@@ -8,27 +8,34 @@ Prometheus metrics from the policy's hooks (the ``prometheus`` extra: ``promethe
 
 Metrics (``smoothclient`` is the default namespace):
 
-==================================  ===========================  ==========================
-metric                              labels                       what
-==================================  ===========================  ==========================
-``smoothclient_calls_total``        origin, outcome              logical calls ended
-``smoothclient_attempts_total``     origin, outcome              attempts those calls sent
-``smoothclient_retries_total``      origin, reason               retries (reason: ``status
-                                                                 503``, ``connect error``...)
-``smoothclient_call_wait_seconds``  origin, outcome              time a call spent waiting
-                                                                 (backoff and pacer slots)
-``smoothclient_retry_delay_seconds`` origin                      each retry's delay
-==================================  ===========================  ==========================
+==================================== =============================== ========================
+metric                               labels                          what
+==================================== =============================== ========================
+``smoothclient_calls_total``         origin, outcome                 logical calls ended
+``smoothclient_attempts_total``      origin, outcome                 attempts those calls
+                                                                     sent
+``smoothclient_retries_total``       origin, reason, status_class    retries
+``smoothclient_call_wait_seconds``   origin, outcome                 time a call spent
+                                                                     waiting (backoff and
+                                                                     pacer slots)
+``smoothclient_retry_delay_seconds`` origin                          each retry's delay
+==================================== =============================== ========================
 
 ``outcome`` is one of ``success``, ``status`` (an error status returned), ``error`` (an
 exception), ``unsent`` (given up before the first attempt): see
-:func:`~smoothclient.telemetry.outcome_of`.  Every label takes a small set of values; with
-many origins, ``origin_label=False`` drops that label.
+:func:`~smoothclient.telemetry.outcome_of`.  A retry's ``reason`` is its kind, one of
+:data:`REASONS` (see :func:`reason_of`), and ``status_class`` the class of the status that
+was retried (``"5xx"``, ``"4xx"``...; ``""`` for an exception).  Every label takes a small set
+of values, whatever the servers answer; with many origins, ``origin_label=False`` drops that
+label.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..events import CallEnded, RetryEvent
 from . import Hooks, outcome_of
@@ -39,10 +46,130 @@ except ModuleNotFoundError as exc:  # pragma: no cover - the extra is part of th
     msg = "smoothclient.PrometheusHooks needs prometheus: pip install 'smoothclient[prometheus]'"
     raise ImportError(msg, name=exc.name) from exc
 
-__all__ = ["PrometheusHooks"]
+__all__ = ["REASONS", "PrometheusHooks", "reason_of", "status_class"]
 
 #: Buckets of the wait histograms, in seconds: a fast retry to a long ``Retry-After``.
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+#: The values of the retries' ``reason`` label.
+REASONS = ("rate_limited", "server_error", "status", "transport", "result", "error")
+#: The engine's error kinds (``"connect error"``...) that are failures of the transport.
+_TRANSPORT_KINDS = frozenset({"connect", "timeout", "read", "write", "protocol"})
+
+
+def status_class(status: int | None) -> str:
+    """``"5xx"`` for 503...: a status as a label of a few values (``""``: no status)."""
+    if status is None:
+        return ""
+    return f"{status // 100}xx" if 100 <= status <= 599 else "other"
+
+
+def _status_of(event: RetryEvent) -> int | None:
+    """The status retried: the event's, or read from a reason ``"status 503"`` made without it."""
+    if event.status is not None:
+        return event.status
+    kind, _, rest = event.reason.partition(" ")
+    number = rest.partition(" ")[0].rstrip(":")
+    return int(number) if kind == "status" and number.isdigit() else None
+
+
+def reason_of(event: RetryEvent) -> str:
+    """
+    Why a retry was made, as one of :data:`REASONS` (a metric label).
+
+    ``"rate_limited"`` (a 429), ``"server_error"`` (a 5xx), ``"status"`` (any other status
+    retried: 408, 425...), ``"transport"`` (the request failed on its way: connect, timeout,
+    read, write, protocol), ``"result"`` (``@retry``'s ``on_result`` wanted another try),
+    ``"error"`` (any other exception).
+    """
+    status = _status_of(event)
+    if status is not None:
+        if status == 429:
+            return "rate_limited"
+        return "server_error" if 500 <= status <= 599 else "status"
+    kind = event.reason.partition(" ")[0]
+    if kind in _TRANSPORT_KINDS:
+        return "transport"
+    return "result" if kind == "result" else "error"
+
+
+@dataclass(frozen=True, slots=True)
+class _Metrics:
+    """The collectors of one namespace in one registry, and the arguments that made them."""
+
+    origin_label: bool
+    buckets: tuple[float, ...]
+    calls: Counter
+    attempts: Counter
+    retries: Counter
+    call_wait: Histogram
+    retry_delay: Histogram
+
+
+#: The metrics each registry has, by namespace: a second ``PrometheusHooks`` shares them.
+_REGISTERED: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, _Metrics]] = (
+    weakref.WeakKeyDictionary()
+)
+_REGISTERED_LOCK = threading.Lock()
+
+
+def _register(
+    registry: CollectorRegistry, ns: str, origin_label: bool, buckets: tuple[float, ...]
+) -> _Metrics:
+    """Make the collectors and register them; none stays registered if one cannot be."""
+    origin = ("origin",) if origin_label else ()
+    by_outcome = (*origin, "outcome")
+    metrics = _Metrics(
+        origin_label,
+        buckets,
+        calls=Counter("calls", "Logical calls ended", by_outcome, namespace=ns, registry=None),
+        attempts=Counter(
+            "attempts",
+            "Attempts sent by the calls that ended",
+            by_outcome,
+            namespace=ns,
+            registry=None,
+        ),
+        retries=Counter(
+            "retries",
+            "Retries, by reason and status class",
+            (*origin, "reason", "status_class"),
+            namespace=ns,
+            registry=None,
+        ),
+        call_wait=Histogram(
+            "call_wait_seconds",
+            "Seconds a call spent waiting (backoff and pacer slots)",
+            by_outcome,
+            namespace=ns,
+            registry=None,
+            buckets=buckets,
+        ),
+        retry_delay=Histogram(
+            "retry_delay_seconds",
+            "Each retry's delay",
+            origin,
+            namespace=ns,
+            registry=None,
+            buckets=buckets,
+        ),
+    )
+    done: list[Counter | Histogram] = []
+    try:
+        for collector in (
+            metrics.calls,
+            metrics.attempts,
+            metrics.retries,
+            metrics.call_wait,
+            metrics.retry_delay,
+        ):
+            registry.register(collector)
+            done.append(collector)
+    except ValueError:  # a name is taken by another collector: leave the registry as it was
+        for collector in done:
+            registry.unregister(collector)
+        raise
+    return metrics
 
 
 class PrometheusHooks(Hooks):
@@ -51,8 +178,8 @@ class PrometheusHooks(Hooks):
 
     Args:
         registry: where the metrics are registered (default: prometheus-client's global
-            ``REGISTRY``).  Make one ``PrometheusHooks`` per registry and share it: a
-            second one registering the same names raises ``ValueError``.
+            ``REGISTRY``).  Several ``PrometheusHooks`` on one registry and namespace share
+            the same metrics (they must then agree on ``origin_label`` and ``buckets``).
         namespace: the metrics' name prefix.
         origin_label: whether the metrics carry the origin (the scheme, host and port) as a
             label; ``False`` for clients that call many hosts.
@@ -67,49 +194,44 @@ class PrometheusHooks(Hooks):
         origin_label: bool = True,
         buckets: Sequence[float] = WAIT_BUCKETS,
     ) -> None:
-        """Register the metrics."""
+        """Register the metrics, or share those registered already."""
         if not isinstance(namespace, str) or not namespace:
             msg = f"namespace must be a non-empty string, not {namespace!r}"
             raise TypeError(msg)
         where = REGISTRY if registry is None else registry
         self.origin_label = bool(origin_label)
-        origin = ("origin",) if self.origin_label else ()
-        ns, reg, wait_buckets = namespace, where, tuple(buckets)
-        by_outcome = (*origin, "outcome")
-        self.calls = Counter("calls", "Logical calls ended", by_outcome, namespace=ns, registry=reg)
-        self.attempts = Counter(
-            "attempts",
-            "Attempts sent by the calls that ended",
-            by_outcome,
-            namespace=ns,
-            registry=reg,
-        )
-        self.retries = Counter(
-            "retries", "Retries, by reason", (*origin, "reason"), namespace=ns, registry=reg
-        )
-        self.call_wait = Histogram(
-            "call_wait_seconds",
-            "Seconds a call spent waiting (backoff and pacer slots)",
-            by_outcome,
-            namespace=ns,
-            registry=reg,
-            buckets=wait_buckets,
-        )
-        self.retry_delay = Histogram(
-            "retry_delay_seconds",
-            "Each retry's delay",
-            origin,
-            namespace=ns,
-            registry=reg,
-            buckets=wait_buckets,
-        )
+        wait_buckets = tuple(buckets)
+        with _REGISTERED_LOCK:
+            known = _REGISTERED.setdefault(where, {})
+            before = known.get(namespace)
+            try:  # registers afresh unless the names are taken (or were unregistered since)
+                metrics = known[namespace] = _register(
+                    where, namespace, self.origin_label, wait_buckets
+                )
+            except ValueError:
+                if before is None:  # taken by collectors of someone else's
+                    raise
+                if (before.origin_label, before.buckets) != (self.origin_label, wait_buckets):
+                    msg = (
+                        f"the {namespace}_* metrics of this registry were made with "
+                        f"origin_label={before.origin_label}, buckets={before.buckets}: pass "
+                        "the same, or use another namespace or registry"
+                    )
+                    raise ValueError(msg) from None
+                metrics = before  # made by an earlier PrometheusHooks: shared
+        self.calls = metrics.calls
+        self.attempts = metrics.attempts
+        self.retries = metrics.retries
+        self.call_wait = metrics.call_wait
+        self.retry_delay = metrics.retry_delay
 
     def _labels(self, origin: str, *rest: str) -> tuple[str, ...]:
         return (origin, *rest) if self.origin_label else rest
 
     def on_retry(self, event: RetryEvent) -> None:
         """Count the retry and observe its delay."""
-        self.retries.labels(*self._labels(event.origin, event.reason)).inc()
+        kinds = (reason_of(event), status_class(_status_of(event)))
+        self.retries.labels(*self._labels(event.origin, *kinds)).inc()
         labels = self._labels(event.origin)
         (self.retry_delay.labels(*labels) if labels else self.retry_delay).observe(event.delay)
 

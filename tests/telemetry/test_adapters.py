@@ -60,7 +60,13 @@ def test_prometheus_counts_calls_attempts_retries_and_waits(clock: FakeClock) ->
     attempts = "smoothclient_attempts_total"
     assert value(registry, attempts, origin=ORIGIN, outcome="success") == 2
     assert value(registry, attempts, origin=ORIGIN, outcome="status") == 4
-    retries = value(registry, "smoothclient_retries_total", origin=ORIGIN, reason="status 503")
+    retries = value(
+        registry,
+        "smoothclient_retries_total",
+        origin=ORIGIN,
+        reason="server_error",
+        status_class="5xx",
+    )
     assert retries == 3
     delays = "smoothclient_retry_delay_seconds_count"
     assert value(registry, delays, origin=ORIGIN) == 3
@@ -83,10 +89,12 @@ def test_prometheus_without_the_origin_label_and_on_retry(clock: FakeClock) -> N
 
     assert job() == "ok"
     assert value(registry, "jobs_calls_total", outcome="success") == 1
-    assert value(registry, "jobs_retries_total", reason="other error") == 1
+    assert value(registry, "jobs_retries_total", reason="error", status_class="") == 1
     assert value(registry, "jobs_retry_delay_seconds_count") == 1
-    with pytest.raises(ValueError, match="Duplicated"):
-        PrometheusHooks(registry=registry, origin_label=False, namespace="jobs")
+    again = PrometheusHooks(registry=registry, origin_label=False, namespace="jobs")
+    assert again.calls is metrics.calls  # the same metrics, shared
+    with pytest.raises(ValueError, match="origin_label=False"):
+        PrometheusHooks(registry=registry, origin_label=True, namespace="jobs")
     with pytest.raises(TypeError, match="namespace"):
         PrometheusHooks(registry=registry, namespace="")
 
