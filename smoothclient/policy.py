@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .events import CallEnded, RetryEvent
 
 __all__ = [
+    "DEFAULT_BUDGET",
     "DEFAULT_POLICY",
     "IDEMPOTENT_METHODS",
     "POLICY_FIELDS",
@@ -46,7 +47,13 @@ class RetryBudget:
     Cap retries to a fraction of recent traffic so a struggling server is not buried in them.
 
     Over the last ``window`` seconds, retries may be at most ``ratio`` times the requests plus
-    ``min_per_second * window`` (so low-traffic clients can still retry).
+    ``min_per_second * window`` (so low-traffic clients can still retry).  The requests count
+    the retries too, so a ratio of 0.5 lets the load on a failing origin at most double.
+
+    Only retries of failures count against it (5xx, transport errors): a retry the server
+    asked for (a 429, a ``Retry-After``, a spent quota) is held back by the pacer until the
+    server said it may go, and costs no budget.  :data:`DEFAULT_BUDGET` is on in every
+    :class:`RetryPolicy`; ``budget=None`` turns it off.
     """
 
     ratio: float = 0.2
@@ -58,6 +65,14 @@ class RetryBudget:
         fraction("RetryBudget.ratio", self.ratio, upper_open=False)
         seconds("RetryBudget.min_per_second", self.min_per_second)
         seconds("RetryBudget.window", self.window, allow_zero=False)
+
+
+#: The budget every policy has unless told otherwise: retries at most half of what is sent to
+#: an origin over 10 s, plus one a second.  Half, not Finagle's or Envoy's fifth: an origin
+#: failing half its requests (a brownout) still gets the retries that carry its calls through
+#: (1.9 attempts a call at 4 attempts), while a dead one is held by the outage rule (see
+#: docs/outages.md) long before the budget matters.
+DEFAULT_BUDGET = RetryBudget(ratio=0.5, min_per_second=1.0, window=10.0)
 
 
 def _frozen_statuses(value: object) -> frozenset[int]:
@@ -106,7 +121,7 @@ class RetryPolicy:
         retry_on_errors: retry transport errors (connection failures, timeouts).
         retry_forbidden_with_hints: retry a 403 that carries ``Retry-After`` or an exhausted quota
             (GitHub's rate limits answer 403).
-        budget: an optional :class:`RetryBudget`.
+        budget: the :class:`RetryBudget` (default :data:`DEFAULT_BUDGET`; ``None``: none).
         on_retry: called with a :class:`~smoothclient.RetryEvent` before each wait, after the
             failed response is closed; an exception it raises ends the call and propagates.
         on_success: called with a :class:`~smoothclient.CallEnded` when a call ends with a
@@ -128,7 +143,7 @@ class RetryPolicy:
     respect_retry_after: bool = True
     retry_on_errors: bool = True
     retry_forbidden_with_hints: bool = True
-    budget: RetryBudget | None = None
+    budget: RetryBudget | None = DEFAULT_BUDGET
     on_retry: Callable[[RetryEvent], None] | None = field(default=None, compare=False)
     on_success: Callable[[CallEnded], None] | None = field(default=None, compare=False)
     on_give_up: Callable[[CallEnded], None] | None = field(default=None, compare=False)

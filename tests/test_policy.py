@@ -15,7 +15,7 @@ def test_defaults() -> None:
     assert p.retry_statuses == frozenset({408, 425, 429, 500, 502, 503, 504})
     assert "POST" not in p.retry_methods
     assert p.max_retry_after == 300
-    assert p.budget is None
+    assert p.budget == RetryBudget(ratio=0.5, min_per_second=1.0, window=10.0)
     assert p == DEFAULT_POLICY
 
 

@@ -327,10 +327,17 @@ class CallFlow:
         if (
             isinstance(decision, Retry)
             and budget
+            and not _asked_for(outcome)
             and not (yield from stepwise(tracker).try_retry(budget, now))
         ):
             return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome
         return decision, outcome
+
+
+def _asked_for(outcome: Outcome) -> bool:
+    """A retry the server asked for (429, ``Retry-After``, a spent quota): paced, not budgeted."""
+    hints = outcome.hints
+    return outcome.status == 429 or hints.retry_after is not None or hints.exhausted
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,8 +101,10 @@ def test_a_503s_retry_after_gates_everyone() -> None:
     p._track(ORIGIN).observe(503, Hints(retry_after=5.0), 0.0)
     a = p._track(ORIGIN).acquire(0.0)
     assert not a.final  # 5 s away: beyond the horizon
-    assert p._track(ORIGIN).acquire(4.9).delay == pytest.approx(0.1)
     assert p._track(ORIGIN).cohort(1.0).opens_in == pytest.approx(4.0)
+    assert p._track(ORIGIN).acquire(4.9).delay == pytest.approx(0.1)
+    # that one is the probe of an origin down: the others wait for its answer
+    assert p._track(ORIGIN).cohort(4.9).opens_in > 0.1
 
 
 def test_a_bucket_that_throttled_is_closed_until_its_reset() -> None:
@@ -279,7 +281,9 @@ def test_try_now_respects_gate_queue_and_probe() -> None:
     assert p._track(ORIGIN).acquire(2.1).final  # somebody is waiting for a slot...
     assert not p._track(ORIGIN).try_now(2.1)  # ...so nobody jumps the queue
     p._track(ORIGIN).sent()
-    assert p._track(ORIGIN).try_now(2.1)
+    assert not p._track(ORIGIN).try_now(2.1)  # it probes the origin the 503 closed...
+    p._track(ORIGIN).observe(200, Hints(), 2.15, sent_at=2.1)
+    assert p._track(ORIGIN).try_now(2.2)  # ...which its success reopens
 
 
 def test_observe_uncounted_keeps_in_flight() -> None:
