@@ -1,5 +1,5 @@
 """
-Window math: how wide to spread a cohort of operations, from SEEDS.md sections 2-4.
+Window math: how wide to spread a cohort of operations, from docs/window-math.md sections 2-4.
 
 Pure functions of numbers: no clock, no I/O, no randomness.  Every result is exact to floating
 point (the overflow bound uses the exact Poisson tail below a headroom of 50 and the normal
@@ -153,8 +153,8 @@ def minimum_window(
     """
     Return the minimum safe window for ``cohort`` operations against ``headroom`` req/s.
 
-    Each constraint of SEEDS.md section 3 gives a bound; the width is the largest lower bound,
-    checked against the smallest upper bound.
+    Each constraint of docs/window-math.md section 3 gives a bound; the width is the largest
+    lower bound, checked against the smallest upper bound.
 
     Args:
         cohort: ``M``, operations to place (>= 0).

@@ -81,7 +81,7 @@ def _failure(exc: Exception) -> Failure | None:
 
 
 def _reply(response: httpx.Response) -> Reply:
-    """The flow's view of a response: with its JSON error body, when that was read (R15)."""
+    """The flow's view of a response, with its JSON error body when read (docs/headers.md R15)."""
     status, headers = response.status_code, response.headers
     if wants_body(status, headers):
         try:

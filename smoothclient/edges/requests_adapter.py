@@ -70,7 +70,7 @@ def _failure(exc: Exception) -> Failure | None:
 
 
 def _reply(response: requests.Response) -> Reply:
-    """The flow's view of a response, with a small JSON error body for its hints (R15)."""
+    """The flow's view of a response, with a small JSON error body (docs/headers.md R15)."""
     status, headers = response.status_code, response.headers
     if wants_body(status, headers):
         try:

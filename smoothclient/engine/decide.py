@@ -6,13 +6,13 @@ attempt, the cohort the pacer sees, the clock reading and an RNG.  It answers :c
 (wait ``delay`` seconds, drawn from ``window``) or :class:`GiveUp`.  The httpx transports, the
 requests adapter and the ``@retry`` decorator all drive this one function; only they sleep.
 
-The window is built in three steps (DESIGN.md):
+The window is built in three steps (docs/pacing.md section 3):
 
 1. backoff: ``[low, high]`` from the jitter kind, the cap bounding it before sampling;
 2. shift: it starts no earlier than ``Retry-After``, an exhausted quota's reset, or the
    pacer's gate, whichever is latest;
 3. widen: it is at least ``waiting / admitted_rate`` wide (the cohort over the rate the server
-   admits), and reaches the quota's reset when ``Retry-After`` comes earlier (R12).
+   admits), and reaches the quota's reset when ``Retry-After`` comes earlier (docs/headers.md R12).
 
 Then it is clamped: never beyond ``wait_max`` past its start, ``max_retry_after`` or the
 deadline.

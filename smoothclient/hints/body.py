@@ -1,4 +1,8 @@
-"""Delay hints in JSON error bodies (R15): Discord's ``retry_after`` and Google's ``RetryInfo``."""
+"""
+Delay hints in JSON error bodies: Discord's ``retry_after`` and Google's ``RetryInfo``.
+
+Following docs/headers.md R15.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ _RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 
 def wants_body(status: int, headers: Any) -> bool:
     """
-    Whether a response's body may hold delay hints worth reading (R15).
+    Whether a response's body may hold delay hints worth reading (docs/headers.md R15).
 
     An error status with a JSON body of a stated length up to :data:`BODY_LIMIT`; a body of
     unknown length (chunked) is never read for hints.

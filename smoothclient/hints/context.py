@@ -2,7 +2,8 @@
 The per-response reading context that every header family shares.
 
 One response's fields, the time reference absolute values are measured from (R8), how numeric
-resets are interpreted (R6), and the rules for counts (R5, R9) and timings (R5).
+resets are interpreted (R6), and the rules for counts (R5, R9) and timings (R5), all of
+docs/headers.md.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Ctx:
     @property
     def ref(self) -> float:
         """
-        The time absolute values are measured from (R8): the local clock, or the server's.
+        The reference for absolute times (docs/headers.md R8): the local clock, or the server's.
 
         ``Date`` has whole seconds: a server in step with us sends one 0-1 s behind our clock
         (plus the response's travel).  Re-basing on it then adds up to a second to every
@@ -64,7 +65,7 @@ class Ctx:
         return [m.strip(" \t") for line in self.raw(name) for m in line.split(",")]
 
     def count(self, name: str) -> float | None:
-        """R5/R9: the smallest valid count among all values (the legacy list form included)."""
+        """The smallest valid count of all values, legacy lists too (docs/headers.md R5, R9)."""
         lines = self.fields.get(name)
         if lines is None:
             return None
@@ -80,7 +81,7 @@ class Ctx:
         return min(valid) if valid else None
 
     def absolute(self, epoch: float) -> float | None:
-        """R6: an absolute time as seconds from now; slightly past is 0, far off is None."""
+        """docs/headers.md R6: an absolute time as seconds from now (just past: 0; far: None)."""
         delta = epoch - self.ref
         if delta < -DAY or delta > HORIZON:
             return None
@@ -90,7 +91,7 @@ class Ctx:
         return seconds if 0 <= seconds <= HORIZON else None
 
     def reset(self, value: str) -> float | None:
-        """R6: a reset value of unknown kind (delta, epoch, epoch ms or a date)."""
+        """docs/headers.md R6: a reset value of unknown kind (delta, epoch, epoch ms or a date)."""
         number = parse_number(value)
         if number is None:
             when = parse_date(value, self.now)
@@ -105,7 +106,7 @@ class Ctx:
         return self.absolute(number / 1000)
 
     def retry_after(self, value: str) -> float | None:
-        """R3: delay-seconds (fraction allowed) or an HTTP-date; a past date means now."""
+        """docs/headers.md R3: delay-seconds (a fraction allowed) or an HTTP-date (past: now)."""
         if parse_number(value) is not None:
             return self.reset(value)
         when = parse_http_date(value, self.now)
@@ -114,7 +115,7 @@ class Ctx:
         return min(max(0.0, when - self.ref), HORIZON) if when - self.ref <= HORIZON else None
 
     def timing(self, name: str, parse: Callable[[str], float | None] | None = None) -> float | None:
-        """R5: the largest valid timing value among all values of a field."""
+        """docs/headers.md R5: the largest valid timing value among all values of a field."""
         lines = self.fields.get(name)
         if lines is None:
             return None

@@ -46,7 +46,7 @@ RETRY_AFTER_FIELDS = (
     "x-ratelimit-retry-after",
 )
 TIMING_FIELDS = frozenset(RETRY_AFTER_FIELDS + SHOULD_RETRY_FIELDS)
-#: Read for context, not hints: the server's clock (R8) and a cache's age (R14).
+#: Read for context, not hints: the server's clock and a cache's age (docs/headers.md R8, R14).
 CONTEXT_FIELDS = frozenset({"date", "age"})
 #: Every quota field starts with one of these (each header family lists its own in ``read``).
 QUOTA_PREFIXES = (

@@ -27,7 +27,7 @@ __all__ = [
     "slot_init",
 ]
 
-HORIZON = 365 * 86400.0  # R13: anything further away is garbage
+HORIZON = 365 * 86400.0  # docs/headers.md R13: anything further away is garbage
 DAY = 86400.0
 ResetFormat = Literal["auto", "delta", "delta-ms", "epoch", "epoch-ms"]
 HeadersLike = Mapping[str, str] | Iterable[tuple[str, str]] | Any
@@ -199,7 +199,7 @@ MAX_NAMES = 1024
 
 
 def binding(quotas: Sequence[Quota]) -> Quota | None:
-    """R10: the quota closest to exhaustion (smallest remaining/limit ratio)."""
+    """docs/headers.md R10: the quota closest to exhaustion (smallest remaining/limit ratio)."""
     if len(quotas) == 1:  # the common case
         q = quotas[0]
         found = q.remaining is not None or q.limit is not None or q.reset_after is not None

@@ -1,5 +1,5 @@
 """
-:func:`read_hints`: any response's headers -> :class:`Hints`, following HEADERS.md (R1-R15).
+:func:`read_hints`: any response's headers -> :class:`Hints`, following docs/headers.md.
 
 Each header family lives in a module of its own (``timing``, ``ietf``, ``xratelimit``,
 ``vendors``); this module runs those a response's field names call for, and picks the binding
@@ -53,7 +53,7 @@ _EMPTY = Hints()
 
 
 def _from_cache(ctx: Ctx) -> bool:
-    """R14: rate-limit fields on a response served from a cache (positive Age) are stale."""
+    """Rate-limit fields on a cached response (positive Age) are stale (docs/headers.md R14)."""
     if "age" not in ctx.fields:
         return False
     ages = [parse_number(v) for v in ctx.raw("age")]

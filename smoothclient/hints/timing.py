@@ -1,4 +1,4 @@
-"""``Retry-After`` (R3, R4) and the servers' explicit retry verdicts."""
+"""``Retry-After`` (docs/headers.md R3, R4) and the servers' explicit retry verdicts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ __all__ = ["retry_after", "should_retry"]
 
 
 def retry_after(ctx: Ctx) -> float | None:
-    """R3, R4: the delay ``Retry-After`` and its millisecond companions ask for."""
+    """docs/headers.md R3, R4: the delay ``Retry-After`` and its millisecond companions ask for."""
     if ctx.fields.keys().isdisjoint(RETRY_AFTER_FIELDS):
         return None
     seconds = ctx.timing("retry-after", ctx.retry_after)

@@ -1,5 +1,5 @@
 """
-Stable placement without coordination (SEEDS.md 6).
+Stable placement without coordination (docs/window-math.md section 6).
 
 Hashed offsets that are the same in every process, even spacing by rank, and each recurring
 job's own slot in its period.

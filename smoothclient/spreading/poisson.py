@@ -1,4 +1,8 @@
-"""About N events a day, at random, optionally inside a time-of-day window (SEEDS.md 7)."""
+"""
+About N events a day, at random, optionally inside a time-of-day window.
+
+Following docs/window-math.md section 7.
+"""
 
 from __future__ import annotations
 

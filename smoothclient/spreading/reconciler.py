@@ -1,4 +1,4 @@
-"""The paired scheduler-reconciler (SEEDS.md 8): :class:`Reconciler`."""
+"""The paired scheduler-reconciler (docs/window-math.md section 8): :class:`Reconciler`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Running a batch over a window instead of all at once (SEEDS.md 2-4): :func:`spread`."""
+""":func:`spread`: a batch over a window, not all at once (docs/window-math.md sections 2-4)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """
 The ``smoothclient`` command.
 
-``smoothclient window``  the minimum safe window for a cohort (SEEDS.md section 3)
-``smoothclient offset``  the stable hashed offset of a key (SEEDS.md section 6)
-``smoothclient demo``    a herd against a local rate-limited server, typical retries vs smoothclient
+``smoothclient window``  the minimum safe window for a cohort (docs/window-math.md section 3)
+``smoothclient offset``  the stable hashed offset of a key (docs/window-math.md section 6)
+``smoothclient demo``    a herd against a local rate-limited server, careful retries vs smoothclient
 ``smoothclient simulate`` a virtual-time herd: peak-to-average and drain time per strategy
 """
 
@@ -138,9 +138,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return 2
     else:
         print(
-            f"{herd}, {args.style} headers).\nA typical retry setup (exponential backoff, "
-            "sleeping exactly Retry-After) and smoothclient, each against a server of its "
-            "own...\n",
+            f"{herd}, {args.style} headers).\nA careful retry loop (httpx, full-jitter "
+            "backoff, at least Retry-After plus jitter) and smoothclient, each against a "
+            "server of its own...\n",
             flush=True,
         )
         runs = demo.run_demo(
@@ -173,7 +173,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "demo", help="a herd against a local server: typical retries vs smoothclient"
+        "demo", help="a herd against a local server: careful retries vs smoothclient"
     )
     p.add_argument("--clients", type=int, default=60, help="concurrent GETs (default 60)")
     p.add_argument("--rate", type=_positive_number, default=10.0, help="server req/s (10)")

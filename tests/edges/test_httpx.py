@@ -415,7 +415,7 @@ def test_fast_lane_keeps_in_flight_exact(mock: respx.MockRouter, clock: FakeCloc
     assert (view.waiting, view.in_flight) == (0, 0)
 
 
-# --------------------------------------------------------------------------- body hints (R15)
+# ----------------------------------------------------------- body hints (docs/headers.md R15)
 
 
 class SyncBody(httpx.SyncByteStream):

@@ -80,7 +80,7 @@ def test_exhausted_quota_shifts_to_reset() -> None:
 
 
 def test_retry_after_with_later_reset_widens_to_reset() -> None:
-    """R12: Retry-After is the lower bound, the later reset widens the window."""
+    """docs/headers.md R12: Retry-After is the lower bound, the later reset widens the window."""
     d = run(Outcome.from_status(429, Hints(retry_after=2, remaining=0, reset_after=10)))
     assert isinstance(d, Retry)
     assert d.window == (2.0, 10.0)

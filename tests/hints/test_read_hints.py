@@ -1,4 +1,4 @@
-"""Every provider row and trap of HEADERS.md, in its documented format."""
+"""Every provider row and trap of docs/headers.md, in its documented format."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def http_date(epoch: float) -> str:
     return email.utils.formatdate(epoch, usegmt=True)
 
 
-# --------------------------------------------------------------------------- grammar (R2, R3)
+# ----------------------------------------------------------- grammar (docs/headers.md R2, R3)
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_number_grammar(text: str, expected: float | None) -> None:
 
 
 def strict_number(text: str) -> float | None:
-    """R2 spelled out: the reference parse_number's short paths must agree with."""
+    """docs/headers.md R2 spelled out: the reference parse_number's short paths must agree with."""
     text = text.strip(" \t")
     if len(text) > 400 or not re.fullmatch(r"[0-9]+(\.[0-9]+)?", text, re.ASCII):
         return None
@@ -120,7 +120,7 @@ def test_bad_go_durations(text: str) -> None:
     assert parse_go_duration(text) is None
 
 
-# --------------------------------------------------------------------------- Retry-After (R3-R5)
+# ----------------------------------------------------------- Retry-After (docs/headers.md R3-R5)
 
 
 @pytest.mark.parametrize(
@@ -151,13 +151,13 @@ def test_retry_after(headers: dict[str, str], expected: float | None) -> None:
 
 
 def test_retry_after_repeated_takes_the_max() -> None:
-    """R5: several values (lines or comma-joined) give the conservative max."""
+    """docs/headers.md R5: several values (lines or comma-joined) give the conservative max."""
     assert read_hints([("Retry-After", "5"), ("retry-after", "9")], now=NOW).retry_after == 9.0
     assert read_hints({"Retry-After": "5, 9"}, now=NOW).retry_after == 9.0
 
 
 def test_date_header_rebases_absolute_times() -> None:
-    """R8: with the local clock 120 s ahead, the reset is read against the server's Date."""
+    """docs/headers.md R8: our clock 120 s ahead, the reset is read against the server's Date."""
     server_now = NOW - 120
     headers = {
         "Date": http_date(server_now),
@@ -379,7 +379,7 @@ def test_cloudflare_draft_08() -> None:
 
 
 def test_cloudflare_unrelated_names_are_not_paired() -> None:
-    """R11: pair by name only; Cloudflare's own examples use different names."""
+    """docs/headers.md R11: pair by name only; Cloudflare's own examples use different names."""
     hints = read_hints(
         {"Ratelimit": '"default";r=50;t=30', "Ratelimit-Policy": '"burst";q=100;w=60'},
         now=NOW,
@@ -553,7 +553,7 @@ def test_epoch_window(reset: str, expected: float | None) -> None:
     assert expected == hints.reset_after
 
 
-# --------------------------------------------------------------------------- IETF drafts (R11)
+# ----------------------------------------------------------- IETF drafts (docs/headers.md R11)
 
 
 def test_draft_07_dictionary() -> None:
@@ -646,7 +646,7 @@ def test_cached_responses_carry_no_quota() -> None:
     assert hints.retry_after == 3
 
 
-# --------------------------------------------------------------------------- header access (R1)
+# ----------------------------------------------------------- header access (docs/headers.md R1)
 
 
 def test_header_containers() -> None:
@@ -828,7 +828,7 @@ def test_every_family_prefix_is_scanned_for() -> None:
     assert all(any(f.startswith(q) or q.startswith(f) for f in family) for q in QUOTA_PREFIXES)
 
 
-# --------------------------------------------------------------------------- bodies (R15)
+# ----------------------------------------------------------- bodies (docs/headers.md R15)
 
 
 @pytest.mark.parametrize(
