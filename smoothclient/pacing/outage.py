@@ -7,7 +7,8 @@ the rest of the model: a store applies them atomically (see ``docs/outages.md``)
 The law, in three parts:
 
 1. **Down.**  :data:`DOWN_AFTER` failures in a row (500, 502, 503, 504, refused
-   connections, timeouts), with no success between them, mark the
+   connections, timeouts) over at least :data:`MIN_SPAN`, with no success between them, or a
+   503 with ``Retry-After``, mark the
    origin down.  Runs that long are rare when an origin fails only part of its requests (at
    half of them, one run in 2**8), so a brownout keeps its retries; a dead origin trips it in
    a fraction of a second at any real rate.
@@ -39,6 +40,9 @@ __all__ = ["DOWN_AFTER", "Outage", "answered", "down_for", "failed", "is_failure
 
 #: Failures in a row (no success between) that mark an origin down.
 DOWN_AFTER = 8
+#: ... over at least this long (seconds): a herd's answers, all failed within a few
+#: milliseconds, say nothing of how long the origin fails.
+MIN_SPAN = 0.25
 #: The first gap between probes of an origin that is down (seconds); each failed probe
 #: widens it by half, up to :data:`MAX_PROBE_GAP`.
 PROBE_GAP = 0.25
@@ -106,8 +110,11 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
         b.gap = min(MAX_PROBE_GAP, b.gap * 1.5)
         o.gate = max(o.gate, now + _jittered(b.gap, now))
         return False
-    if b.fails >= DOWN_AFTER or closed:
+    span = now - b.first_fail
+    if (b.fails >= DOWN_AFTER and span >= MIN_SPAN) or closed:
         b.down_since, b.gap, b.probes = now, PROBE_GAP, 0
+        if span > 0:  # an origin that never served: half the rate its failures came at
+            b.served = max(b.served, 0.5 * b.fails / span)
         o.gate = max(o.gate, now + _jittered(b.gap, now))
         return False
     return now < b.release_until
