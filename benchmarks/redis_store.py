@@ -35,9 +35,9 @@ ORIGINS = iter(f"https://api{n}.test:443" for n in range(10**6))  # a fresh one 
 
 def healthy_us(pacer: smoothclient.Pacer, n: int) -> float:
     origin = next(ORIGINS)
-    tracker = pacer._track(origin)
+    tracker = pacer.track(origin)
     tracker.observe(200, Hints(), pacer.clock(), counted=False)
-    peek, clock = pacer._peek, pacer.clock
+    peek, clock = pacer.peek, pacer.clock
     started = time.perf_counter()
     for _ in range(n):
         now = clock()
@@ -50,7 +50,7 @@ def healthy_us(pacer: smoothclient.Pacer, n: int) -> float:
 
 def paced_steps(pacer: smoothclient.Pacer, n: int, rate: float) -> list[float]:
     """Seconds each request waits on the store (its slot and its answer) at ``rate`` req/s."""
-    tracker = pacer._track(next(ORIGINS))
+    tracker = pacer.track(next(ORIGINS))
     quota = Hints(remaining=1e9, limit=rate, window=1.0)
     tracker.observe(200, quota, pacer.clock(), counted=False)
     steps: list[float] = []
@@ -69,7 +69,7 @@ def paced_steps(pacer: smoothclient.Pacer, n: int, rate: float) -> list[float]:
 
 def paced_steps_async(pacer: smoothclient.Pacer, n: int, rate: float) -> list[float]:
     """:func:`paced_steps` as an async edge on asyncio takes each step."""
-    tracker: Any = pacer._track(next(ORIGINS))
+    tracker: Any = pacer.track(next(ORIGINS))
     quota = Hints(remaining=1e9, limit=rate, window=1.0)
     tracker.observe(200, quota, pacer.clock(), counted=False)
     try:

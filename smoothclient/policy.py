@@ -14,10 +14,9 @@ import contextvars
 import dataclasses
 from collections.abc import Callable, Collection, Iterator, Mapping, Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._validate import fraction, optional_seconds, positive_int, seconds
-from .engine.backoff import JITTER_KINDS, JitterKind
 
 if TYPE_CHECKING:
     from .events import CallEnded, RetryEvent
@@ -26,14 +25,20 @@ __all__ = [
     "DEFAULT_BUDGET",
     "DEFAULT_POLICY",
     "IDEMPOTENT_METHODS",
+    "JITTER_KINDS",
     "POLICY_FIELDS",
     "RETRY_STATUSES",
+    "JitterKind",
     "RetryBudget",
     "RetryPolicy",
     "override_policy",
     "overrides",
     "with_fields",
 ]
+
+#: How a backoff window is sampled (see :mod:`smoothclient.engine.backoff`).
+JitterKind = Literal["full", "equal", "decorrelated", "none"]
+JITTER_KINDS: tuple[JitterKind, ...] = ("full", "equal", "decorrelated", "none")
 
 #: Methods RFC 9110 defines as idempotent: safe to send twice.
 IDEMPOTENT_METHODS: frozenset[str] = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE"})

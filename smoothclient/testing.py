@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 
 __all__ = ["FakeClock", "TestingMode", "current", "seeded", "set_testing", "testing_mode"]
 
@@ -70,42 +67,5 @@ def seeded(seed: int = 0) -> random.Random:
     return random.Random(seed)
 
 
-@dataclass(frozen=True, slots=True)
-class TestingMode:
-    """While active, no smoothclient wait sleeps and calls make at most ``attempts`` attempts."""
-
-    __test__ = False  # not a pytest test class, despite the name
-    attempts: int = 1
-
-
-_lock = threading.Lock()
-_mode: TestingMode | None = None
-
-
-def current() -> TestingMode | None:
-    """The active testing mode, or ``None``."""
-    return _mode
-
-
-def set_testing(on: bool, *, attempts: int = 1) -> None:
-    """Turn the testing mode on (no waiting, at most ``attempts`` attempts) or off."""
-    global _mode
-    if on and (isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1):
-        msg = f"attempts must be an int >= 1, got {attempts!r}"
-        raise ValueError(msg)
-    with _lock:
-        _mode = TestingMode(attempts) if on else None
-
-
-@contextmanager
-def testing_mode(*, attempts: int = 1) -> Iterator[TestingMode]:
-    """Context manager form of :func:`set_testing`; restores the previous state on exit."""
-    global _mode
-    previous = _mode
-    set_testing(True, attempts=attempts)
-    try:
-        assert _mode is not None
-        yield _mode
-    finally:
-        with _lock:
-            _mode = previous
+# the testing mode lives at the bottom of the package, where the edges read it
+from ._mode import TestingMode, current, set_testing, testing_mode  # noqa: E402

@@ -56,7 +56,7 @@ def test_pacer_waits_are_told_apart_from_backoff(clock: FakeClock) -> None:
     with client(clock, [503, 200], pacer) as c:
         # the origin is closed for 2 s: the first attempt waits for the pacer, the retry for
         # its 0.5 s backoff only
-        pacer._track("https://api.test:443").observe(
+        pacer.track("https://api.test:443").observe(
             503, Hints(retry_after=2.0), clock(), counted=False
         )
         response = c.get(URL)

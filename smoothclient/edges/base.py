@@ -109,7 +109,7 @@ class EdgeCore:
             policy = with_fields(policy or DEFAULT_POLICY, fields)
         if pacer is not None and not isinstance(pacer, PacerLike):
             kind = type(pacer).__name__
-            msg = f"pacer must be a Pacer (or have clock, _track and _peek), not {kind}"
+            msg = f"pacer must be a Pacer (or have clock, track and peek), not {kind}"
             raise TypeError(msg)
         self.policy: RetryPolicy = policy or DEFAULT_POLICY
         self.pacer: PacerLike = pacer or Pacer()
@@ -182,7 +182,7 @@ class EdgeCore:
             None if bind is None else lambda late: bind.steps(origin, request, late, True)
         )
         if tracker is None:  # not admitted on the fast lane: the flow binds it (a step)
-            tracker = self.pacer._track(origin)
+            tracker = self.pacer.track(origin)
         return CallFlow(
             self.policy,
             tracker,
@@ -321,7 +321,7 @@ def _binder(
     pacer: PacerLike, route_of: Callable[[Any], tuple[str, str]] | None, scope: object
 ) -> Binder | None:
     """How requests are bound to scopes: ``None`` when the pacer has no scopes."""
-    if getattr(pacer, "_bind", None) is None or route_of is None:
+    if getattr(pacer, "bind", None) is None or route_of is None:
         return None
     return _Bind(pacer, route_of, scope)  # type: ignore[arg-type]
 
@@ -332,7 +332,7 @@ class _Bind:
 
     ``books``: when only scopes the server names can bind a request (no scope function, a
     store in this process), an origin's scopes if it has any (``None``: it has none, and
-    :meth:`Pacer._bind` would answer ``None``); the fast lane asks it first, a dict read.
+    :meth:`Pacer.bind` would answer ``None``); the fast lane asks it first, a dict read.
     ``None`` when any origin may be bound.  The pacer's ``scope`` is read when the edge is made.
     """
 
@@ -343,9 +343,7 @@ class _Bind:
     ) -> None:
         self.pacer, self.route_of, self.scope = pacer, route_of, scope
         self.books: Callable[[str], object] | None = (
-            pacer._books.peek
-            if scope is None and pacer.scope is None and not pacer.shared
-            else None
+            pacer.scope_book if scope is None and pacer.scope is None and not pacer.shared else None
         )
 
     def __getstate__(self) -> tuple[Pacer, Callable[[Any], tuple[str, str]], ScopeFn | None]:
@@ -359,7 +357,7 @@ class _Bind:
     def __call__(
         self, origin: str, request: object, late: bool, fresh: bool = False
     ) -> Tracker | None:
-        return self.pacer._bind(
+        return self.pacer.bind(
             origin, request, self.route_of, scope=self.scope, late=late, fresh=fresh
         )
 
@@ -367,7 +365,7 @@ class _Bind:
         self, origin: str, request: object, late: bool, fresh: bool = False
     ) -> Steps[Tracker | None]:
         """The binding as a step (a shared store's round trips yielded: :mod:`.pacing.store`)."""
-        return self.pacer._binding(
+        return self.pacer.binding(
             origin, request, self.route_of, scope=self.scope, late=late, fresh=fresh
         )
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .. import testing
+from .. import _mode as testing
 from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide, ends_call
 from ..errors import RateLimited
 from ..events import RecordBuilder, RetryEntry, RetryEvent
@@ -156,7 +156,7 @@ class CallFlow:
         ``first_counted`` True when the tracker already counts it in flight.  ``access`` reads
         the edge's header containers.  ``started``: when the call began (before a fast-lane
         first attempt, whose time counts toward the deadline); default: now.  ``rebind(late)``
-        binds the request to its scopes again (a step; see :meth:`smoothclient.Pacer._bind`):
+        binds the request to its scopes again (a step; see :meth:`smoothclient.Pacer.bind`):
         before each attempt it admits, and to learn the scopes a response names.
         """
         mode = testing.current()

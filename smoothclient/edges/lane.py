@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from enum import IntEnum
 from typing import Any, Protocol, TypeVar
 
-from .. import testing
+from .. import _mode as testing
 from ..engine.decide import ends_call
 from ..events import first_attempt_record
 from ..hints import FieldAccess, Hints, has_hints, read_fields
@@ -124,10 +124,10 @@ class FastLane:
             bound = bind(origin, request, False)
         now = pacer.clock()
         if bound is None:  # the origin's tracker alone: looked at without a lock first
-            tracker = pacer._peek(origin)
+            tracker = pacer.peek(origin)
             if tracker is not None and tracker.healthy(now):
                 return _HEALTHY, tracker, now
-            tracker = pacer._track(origin)
+            tracker = pacer.track(origin)
         else:
             tracker = bound
             if tracker.healthy(now):
@@ -211,10 +211,10 @@ class FastLane:
             bound = yield from bind.steps(origin, request, False)
         now = pacer.clock()
         if bound is None:
-            tracker = pacer._peek(origin)
+            tracker = pacer.peek(origin)
             if tracker is not None and (yield from stepwise(tracker).healthy(now)):
                 return Lane.HEALTHY, tracker, now
-            tracker = pacer._track(origin)
+            tracker = pacer.track(origin)
         else:
             tracker = bound
             if (yield from stepwise(tracker).healthy(now)):

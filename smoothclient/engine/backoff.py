@@ -1,5 +1,5 @@
 """
-Backoff windows and uniform placement in them (SEEDS.md 5), pure and seeded.
+Backoff windows and uniform placement in them (docs/window-math.md section 5), pure and seeded.
 
 Every sampler takes an explicit :class:`random.Random`, so tests (yours and ours) can seed it
 and assert exact values.  Backoff is a *window*: the cap bounds the window before sampling,
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Literal
+
+from ..policy import JITTER_KINDS, JitterKind
 
 __all__ = [
     "JITTER_KINDS",
@@ -21,8 +22,7 @@ __all__ = [
     "uniform",
 ]
 
-JitterKind = Literal["full", "equal", "decorrelated", "none"]
-JITTER_KINDS: tuple[JitterKind, ...] = ("full", "equal", "decorrelated", "none")
+# (named in the policy, the bottom layer: the engine reads them from there)
 
 
 def backoff_ceiling(attempt: int, *, initial: float, maximum: float, base: float = 2.0) -> float:

@@ -9,12 +9,13 @@ trackers, so it works over any store; :mod:`.scopes` says where the scopes come 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeVar, Union
+from collections.abc import Callable, Iterable
+from typing import Protocol, TypeVar, Union
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints, Quota, hints_of
 from ..policy import RetryBudget
+from .keys import LruMap
 from .state import Admission, OriginState, OriginView
 from .store import Steps, Tracker, run, stepwise
 
@@ -28,8 +29,19 @@ __all__ = [
     "split",
 ]
 
-if TYPE_CHECKING:
-    from .scopes import OriginScopes
+
+class ScopeBook(Protocol):
+    """What a :class:`Bound` needs of its origin's scopes (:class:`.scopes.OriginScopes`)."""
+
+    @property
+    def routes(self) -> LruMap[str, Pairs]: ...  # pragma: no cover - a protocol
+
+    def pairs(self, names: Iterable[str]) -> Pairs: ...  # pragma: no cover - a protocol
+
+    def learn(
+        self, route: str, names: tuple[str, ...]
+    ) -> tuple[Pairs, bool]: ...  # pragma: no cover - a protocol
+
 
 T = TypeVar("T")
 
@@ -168,7 +180,7 @@ class Bound:
         *,
         given: tuple[str, ...],
         route: str,
-        book: OriginScopes,
+        book: ScopeBook,
         origin_bound: bool = True,
     ) -> None:
         """

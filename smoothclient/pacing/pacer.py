@@ -54,20 +54,21 @@ __all__ = ["Pacer", "PacerLike"]
 @runtime_checkable
 class PacerLike(Protocol):
     """
-    What the edges need of a pacer: a clock and a tracker per origin.
+    The door into pacing every edge uses: a clock and a tracker per origin.
 
-    The two methods start with an underscore to keep them out of an application's view
-    (``help(Pacer)`` shows what a user reads: views of each origin's state); an object that
-    has them can pace the edges.
+    :meth:`track` gives an origin's tracker (its admission and what it learns, each a step
+    of the store), :attr:`peek` the tracker of an origin that has state, cheaply (the fast
+    lane's look).  :class:`Pacer` is the one implementation; an object with these can pace
+    the edges.
     """
 
     clock: Callable[[], float]
 
-    def _track(self, origin: str) -> Tracker:
+    def track(self, origin: str) -> Tracker:
         """The tracker of ``origin``, marked recently used."""
 
     @property
-    def _peek(self) -> Callable[[str], Tracker | None]:
+    def peek(self) -> Callable[[str], Tracker | None]:
         """The tracker of an origin if it has state; cheap."""
 
 
@@ -171,7 +172,9 @@ class Pacer:
             ),
         )
         #: The tracker of an origin if it has state (the fast lane's cheap look; no lock).
-        self._peek: Callable[[str], Tracker | None] = self._store.peek
+        self.peek: Callable[[str], Tracker | None] = self._store.peek
+        #: An origin's scopes if it has any (``None``: none yet); a dict read, no lock.
+        self.scope_book: Callable[[str], OriginScopes | None] = self._books.peek
 
     @property
     def scope(self) -> ScopeFn | None:
@@ -203,11 +206,11 @@ class Pacer:
         """Unpickle as a fresh pacer with the same settings (so a pickled session works)."""
         Pacer.__init__(self, **state)
 
-    def _track(self, origin: str) -> Tracker:
-        """The tracker of ``origin`` (the edges' way in), marked recently used."""
+    def track(self, origin: str) -> Tracker:
+        """The tracker of ``origin`` (the edges' door into pacing), marked recently used."""
         return self._store.tracker(origin)
 
-    def _bind(
+    def bind(
         self,
         origin: str,
         request: object,
@@ -217,10 +220,10 @@ class Pacer:
         late: bool = False,
         fresh: bool = False,
     ) -> Tracker | None:
-        """The tracker of one request when scopes bind it, else ``None`` (see :meth:`_binding`)."""
-        return run(self._binding(origin, request, route_of, scope=scope, late=late, fresh=fresh))
+        """The tracker of one request when scopes bind it, else ``None`` (see :meth:`binding`)."""
+        return run(self.binding(origin, request, route_of, scope=scope, late=late, fresh=fresh))
 
-    def _binding(
+    def binding(
         self,
         origin: str,
         request: object,

@@ -10,22 +10,44 @@ first for longer than the timeout: ask again in a moment).  The sync driver
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
 from ..policy import RetryBudget
 from . import learning
 from . import state as st
-from .state import Admission, OriginState
+from .state import Admission, OriginState, Settings
 from .store import MemoryTracker, Steps, done
 
-if TYPE_CHECKING:
-    from .redis_tracker import RedisTracker
-
-__all__ = ["RedisSteps"]
+__all__ = ["RedisSteps", "Stepper"]
 
 T = TypeVar("T")
+
+
+class Stepper(Protocol):
+    """What the steps need of the tracker that runs them (a ``RedisTracker``)."""
+
+    settings: Settings
+    state: OriginState
+
+    def _step(
+        self,
+        step: Callable[[OriginState], T],
+        fallback: Callable[[MemoryTracker], T],
+        busy: Callable[[], T] | None = None,
+    ) -> Steps[T]: ...  # pragma: no cover - a protocol
+
+    def _read(
+        self, look: Callable[[OriginState], T], fresh: bool
+    ) -> Steps[T]: ...  # pragma: no cover - a protocol
+
+    def defer(
+        self,
+        answer: Callable[[OriginState], object],
+        counted: bool,
+        fallback: Callable[[MemoryTracker], object],
+    ) -> bool: ...  # pragma: no cover - a protocol
 
 
 class RedisSteps:
@@ -38,7 +60,7 @@ class RedisSteps:
 
     __slots__ = ("t",)
 
-    def __init__(self, tracker: RedisTracker) -> None:
+    def __init__(self, tracker: Stepper) -> None:
         self.t = tracker
 
     def healthy(self, now: float) -> Steps[bool]:

@@ -158,7 +158,7 @@ def paced(
             lambda k: (
                 _Bucket(per_second, burst)
                 if store is None
-                else _SharedBucket(store._track(_key(shared_name, k)), per_second, burst)
+                else _SharedBucket(store.track(_key(shared_name, k)), per_second, burst)
             ),
         )
 

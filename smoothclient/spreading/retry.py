@@ -25,7 +25,7 @@ from typing import Any, TypeVar, overload
 
 import wrapt
 
-from .. import testing
+from .. import _mode as testing
 from ..edges.flow import announce
 from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide
 from ..events import CallEnded, RecordBuilder

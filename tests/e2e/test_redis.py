@@ -57,9 +57,9 @@ def touch(tracker: Any) -> None:
 
 def test_a_gate_closes_the_origin_for_the_whole_fleet(server: RedisServer) -> None:
     a, b = fleet(server)
-    a._track(ORIGIN).observe(503, Hints(retry_after=2.0), a.clock(), counted=False)
+    a.track(ORIGIN).observe(503, Hints(retry_after=2.0), a.clock(), counted=False)
     assert b.view(ORIGIN).gate_in == pytest.approx(2.0, abs=0.1)
-    admission = b._track(ORIGIN).acquire(b.clock())
+    admission = b.track(ORIGIN).acquire(b.clock())
     assert admission.delay > 1.5
 
 
@@ -76,7 +76,7 @@ def test_the_fleet_shares_its_state_and_the_fallback_is_this_process(
 def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> None:
     """Three processes, four threads each, one paced origin: every slot distinct."""
     pacers = fleet(server, 3)
-    pacers[0]._track(ORIGIN).observe(
+    pacers[0].track(ORIGIN).observe(
         200,
         Hints(remaining=0, limit=500, window=10, reset_after=10),
         pacers[0].clock(),
@@ -86,7 +86,7 @@ def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> No
     lock = threading.Lock()
 
     def take(pacer: Pacer) -> None:
-        tracker = pacer._track(ORIGIN)
+        tracker = pacer.track(ORIGIN)
         for _ in range(5):
             now = pacer.clock()
             admission = tracker.acquire(now, deadline=now + 60)
@@ -112,7 +112,7 @@ def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> No
 
 def test_keys_are_hash_tagged_and_expire(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
-    pacer._track(ORIGIN).observe(503, Hints(retry_after=5.0), pacer.clock(), counted=False)
+    pacer.track(ORIGIN).observe(503, Hints(retry_after=5.0), pacer.clock(), counted=False)
     client = redis.Redis.from_url(server.url)
     assert redis_key(ORIGIN) == "smoothclient:{https://api.test:443}"
     assert redis_key(f"{ORIGIN} search") == "smoothclient:{https://api.test:443}:search"
@@ -122,7 +122,7 @@ def test_keys_are_hash_tagged_and_expire(server: RedisServer) -> None:
 
 def test_a_flushed_script_is_loaded_again(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
-    tracker = pacer._track(ORIGIN)
+    tracker = pacer.track(ORIGIN)
     touch(tracker)
     redis.Redis.from_url(server.url).script_flush()
     tracker.observe(503, Hints(retry_after=3.0), pacer.clock(), counted=False)
@@ -154,9 +154,9 @@ def test_a_pacer_made_on_an_event_loop_reads_the_fleet_clock_without_blocking_it
 
     async def main() -> tuple[Pacer, bool]:
         pacer = Pacer(storage=server.url, probe=0)
-        link = pacer._track(ORIGIN).link  # type: ignore[attr-defined]
+        link = pacer.track(ORIGIN).link  # type: ignore[attr-defined]
         before = link._stepped
-        await run_async(stepwise(pacer._track(ORIGIN)).cohort(pacer.clock()))
+        await run_async(stepwise(pacer.track(ORIGIN)).cohort(pacer.clock()))
         return pacer, before
 
     pacer, stepped_before = asyncio.run(main())
@@ -217,11 +217,11 @@ def test_a_crashed_process_counts_fade(
 ) -> None:
     monkeypatch.setattr(redis_tracker, "COHORT_TTL", 0.3)
     a, b = fleet(server)
-    a._track(ORIGIN).acquire(a.clock())  # waiting, and never sent: a crashed
-    touch(b._track(ORIGIN))
+    a.track(ORIGIN).acquire(a.clock())  # waiting, and never sent: a crashed
+    touch(b.track(ORIGIN))
     assert b.view(ORIGIN).waiting == 1
     time.sleep(0.45)
-    touch(b._track(ORIGIN))
+    touch(b.track(ORIGIN))
     assert b.view(ORIGIN).waiting == 0
 
 
@@ -230,12 +230,12 @@ def test_a_crashed_process_counts_fade(
 )
 def test_a_garbled_cohort_in_redis_is_ignored(server: RedisServer, cohort: str) -> None:
     (pacer,) = fleet(server, 1)
-    tracker = pacer._track(ORIGIN)
+    tracker = pacer.track(ORIGIN)
     tracker.update(lambda o: setattr(o, "limit", 5.0))  # the key, written
     redis.Redis.from_url(server.url).hset(redis_store.redis_key(ORIGIN), "c", cohort)
     (other,) = fleet(server, 1)
     assert other.view(ORIGIN).waiting == 0
-    other._track(ORIGIN).acquire(other.clock())
+    other.track(ORIGIN).acquire(other.clock())
     assert other.view(ORIGIN).waiting == 1
 
 
@@ -243,7 +243,7 @@ def test_redis_down_fails_open_and_comes_back(
     server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     (pacer,) = fleet(server, 1)
-    tracker = pacer._track(ORIGIN)
+    tracker = pacer.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.observe(503, Hints(retry_after=30.0), pacer.clock(), counted=False)
     server.kill()
@@ -276,7 +276,7 @@ def test_counts_taken_while_redis_was_away_leave_no_phantoms(
     moment, for the rest of its run).
     """
     (a,) = fleet(server, 1)
-    tracker = a._track(ORIGIN)
+    tracker = a.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     assert tracker.acquire(a.clock()).granted
     if answered != "cancel":
@@ -404,13 +404,13 @@ def test_a_route_one_process_learned_binds_the_others(server: RedisServer) -> No
         return "GET", str(request)
 
     hints = Hints(quotas=(Quota("x-ratelimit", 0.0, 30.0, None, 50.0, scope="search"),))
-    late = a._bind(ORIGIN, "/search/1", route_of, late=True)
+    late = a.bind(ORIGIN, "/search/1", route_of, late=True)
     assert late is not None
     late.observe(200, hints, a.clock(), counted=False)
-    bound = b._bind(ORIGIN, "/search/2", route_of, fresh=True)
+    bound = b.bind(ORIGIN, "/search/2", route_of, fresh=True)
     assert isinstance(bound, Bound)
     assert [name for name, _ in bound.scopes] == ["search"]
-    assert b._bind(ORIGIN, "/repos/1", route_of, fresh=True) is None  # another route: the origin
+    assert b.bind(ORIGIN, "/repos/1", route_of, fresh=True) is None  # another route: the origin
 
 
 def test_the_fleet_demo_runs_alone_then_shared(server: RedisServer) -> None:
@@ -537,7 +537,7 @@ def test_async_edges_never_block_the_loop_on_redis(
     worst_gap = asyncio.run(_calls_with_a_ticker(pacer, asyncio.sleep))
     assert steps.on_loop  # the steps did take round trips, on the loop
     assert steps.sync == []  # and no worker thread took one with the sync client
-    assert pacer._track(ORIGIN).link.up  # type: ignore[attr-defined]  # never timed out
+    assert pacer.track(ORIGIN).link.up  # type: ignore[attr-defined]  # never timed out
     assert worst_gap < 0.2  # never held for a round trip (a loaded machine stalls ~0.1 s)
 
 
@@ -564,7 +564,7 @@ def test_async_steps_fail_open_at_once_when_redis_dies(
     import asyncio
 
     (pacer,) = fleet(server, 1)
-    tracker = pacer._track(ORIGIN)
+    tracker = pacer.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
 
     async def main() -> None:
@@ -594,7 +594,7 @@ def test_async_steps_fail_open_when_redis_stalls(server: RedisServer) -> None:
     import asyncio
 
     (pacer,) = fleet(server, 1, storage_timeout=0.2)
-    tracker = pacer._track(ORIGIN)
+    tracker = pacer.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
 
     async def main() -> float:
@@ -625,7 +625,7 @@ def test_trips_failing_together_are_one_outage(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1, storage_timeout=0.1)
     trackers: list[RedisTracker] = []
     for i in range(20):  # one origin each: no turns shared
-        tracker = pacer._track(f"http://api{i}.test:80")
+        tracker = pacer.track(f"http://api{i}.test:80")
         assert isinstance(tracker, RedisTracker)
         trackers.append(tracker)
     link = trackers[0].link
@@ -654,12 +654,12 @@ def test_concurrent_tasks_never_share_a_slot_nor_lose_counts(server: RedisServer
     import asyncio
 
     pacers = fleet(server, 2)
-    pacers[0]._track(ORIGIN).observe(
+    pacers[0].track(ORIGIN).observe(
         200, Hints(remaining=0, limit=1000, window=10, reset_after=10), pacers[0].clock()
     )  # a bucket of 100 req/s, spent
 
     async def take(pacer: Pacer, slots: list[float]) -> None:
-        tracker = pacer._track(ORIGIN)
+        tracker = pacer.track(ORIGIN)
         assert isinstance(tracker, RedisTracker)
         for _ in range(2):
             now = pacer.clock()
@@ -682,7 +682,7 @@ def test_concurrent_tasks_never_share_a_slot_nor_lose_counts(server: RedisServer
     gaps = [b - a for a, b in itertools.pairwise(slots)]
     assert min(gaps) >= 0.01 - 0.002  # 100 req/s: no two requests share a slot
     for pacer in pacers:
-        tracker = pacer._track(ORIGIN)
+        tracker = pacer.track(ORIGIN)
         assert isinstance(tracker, RedisTracker)
         assert tracker.mine == [0, 0]
         tracker.update(lambda o: None)  # the counts go out with a process's next step
@@ -698,7 +698,7 @@ def test_one_pacer_on_several_loops_gets_a_client_per_loop(
 
     # a loose bound: each loop's first trip connects a new client (slow on a loaded machine)
     (pacer,) = fleet(server, 1, storage_timeout=2.0)
-    tracker = pacer._track(ORIGIN)
+    tracker = pacer.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
 
     async def once(n: int) -> int:
@@ -722,7 +722,7 @@ def test_a_ready_asyncio_client_is_accepted(server: RedisServer) -> None:
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(server.url)
         pacer = Pacer(storage=client, probe=0)
-        tracker = pacer._track(ORIGIN)
+        tracker = pacer.track(ORIGIN)
         assert isinstance(tracker, RedisTracker)
         await run_async(tracker.steps.observe(503, Hints(retry_after=3.0), pacer.clock()))
         assert tracker.link.loops.given is client
@@ -755,7 +755,7 @@ def test_a_paced_request_costs_one_round_trip(server: RedisServer, driver: str) 
     import asyncio
 
     (pacer,) = fleet(server, 1)
-    tracker = pacer._track(ORIGIN)
+    tracker = pacer.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.observe(200, QUOTA, pacer.clock(), counted=False)
     touch(tracker)  # the quota is known; the copy trusted
@@ -787,22 +787,22 @@ def test_a_deferred_answer_reaches_the_fleet_once_with_the_next_step(server: Red
     again with the answer applied to it: in the fleet's state once, not lost, not twice.
     """
     a, b = fleet(server)
-    tracker = a._track(ORIGIN)
+    tracker = a.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.update(_answered_before)
 
     def through(pacer: Pacer) -> int:
-        return int(pacer._track(ORIGIN).read(lambda o: o.through, fresh=True))
+        return int(pacer.track(ORIGIN).read(lambda o: o.through, fresh=True))
 
     tracker.observe(200, Hints(), a.clock(), counted=False)
     assert tracker.state.through == 11  # this process sees it at once
     assert through(b) == 10  # the fleet with the next step
-    b._track(ORIGIN).update(lambda o: setattr(o, "limit", 7.0))  # b writes first
+    b.track(ORIGIN).update(lambda o: setattr(o, "limit", 7.0))  # b writes first
     before = _evalsha_calls(server)
     tracker.update(lambda o: None)  # a's next step: a stale version, adopt, again
     assert _evalsha_calls(server) - before == 2
     assert through(b) == 11
-    assert b._track(ORIGIN).read(lambda o: o.limit, fresh=True) == 7.0  # b's write kept too
+    assert b.track(ORIGIN).read(lambda o: o.limit, fresh=True) == 7.0  # b's write kept too
     assert not tracker.deferred
     tracker.update(lambda o: setattr(o, "limit", 8.0))
     assert through(b) == 11  # written once
@@ -821,20 +821,20 @@ def test_an_answer_that_closes_something_is_written_at_once(
     server: RedisServer, status: int, hints: Hints
 ) -> None:
     a, b = fleet(server)
-    tracker = a._track(ORIGIN)
+    tracker = a.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.update(_answered_before)
     before = _evalsha_calls(server)
     tracker.observe(status, hints, a.clock(), counted=False)
     assert _evalsha_calls(server) - before == 1
     assert not tracker.deferred
-    assert b._track(ORIGIN).read(lambda o: o.through, fresh=True) != 10  # a success or a throttle
+    assert b.track(ORIGIN).read(lambda o: o.through, fresh=True) != 10  # a success or a throttle
 
 
 def test_an_idle_processs_answers_go_with_its_next_read(server: RedisServer) -> None:
     """No next step: the read of a copy no longer trusted writes them (its reply as fresh)."""
     a, b = fleet(server)
-    tracker = a._track(ORIGIN)
+    tracker = a.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.update(_answered_before)
     tracker.observe(200, Hints(), a.clock(), counted=False)
@@ -843,7 +843,7 @@ def test_an_idle_processs_answers_go_with_its_next_read(server: RedisServer) -> 
     assert tracker.view(a.clock()).origin == ORIGIN
     assert _evalsha_calls(server) - before == 1  # the write, no read after it
     assert not tracker.deferred
-    assert b._track(ORIGIN).read(lambda o: o.through, fresh=True) == 11
+    assert b.track(ORIGIN).read(lambda o: o.through, fresh=True) == 11
     tracker.observe(200, Hints(), a.clock(), counted=False)
     before = _evalsha_calls(server)
     assert tracker.read(lambda o: o.through, fresh=True) == 12  # asked for fresh: the write is
@@ -853,7 +853,7 @@ def test_an_idle_processs_answers_go_with_its_next_read(server: RedisServer) -> 
 def test_deferred_answers_are_bounded(server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(redis_tracker, "MAX_DEFERRED", 2)
     (a,) = fleet(server, 1)
-    tracker = a._track(ORIGIN)
+    tracker = a.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.update(_answered_before)  # the key read, the scripts loaded
     before = _evalsha_calls(server)
@@ -861,12 +861,12 @@ def test_deferred_answers_are_bounded(server: RedisServer, monkeypatch: pytest.M
         tracker.observe(200, Hints(), a.clock(), counted=False)
     assert _evalsha_calls(server) - before == 1  # the third, with the two before it
     assert not tracker.deferred
-    assert fleet(server, 1)[0]._track(ORIGIN).read(lambda o: o.through, fresh=True) == 13
+    assert fleet(server, 1)[0].track(ORIGIN).read(lambda o: o.through, fresh=True) == 13
 
 
 def test_deferred_answers_go_to_memory_when_redis_is_found_away(server: RedisServer) -> None:
     (a,) = fleet(server, 1)
-    tracker = a._track(ORIGIN)
+    tracker = a.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.update(_answered_before)
     tracker.observe(200, Hints(), a.clock(), counted=False)
@@ -882,13 +882,13 @@ def test_deferred_answers_go_to_memory_when_redis_is_found_away(server: RedisSer
 def test_a_success_on_a_learned_rate_is_written_at_once(server: RedisServer) -> None:
     """The controller measures the fleet's rate from those at any process's next throttle."""
     a, b = fleet(server)
-    tracker = a._track(ORIGIN)
+    tracker = a.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.update(lambda o: setattr(o, "learned", True))
     before = _evalsha_calls(server)
     tracker.observe(200, Hints(), a.clock(), counted=False)
     assert _evalsha_calls(server) - before == 1
-    assert b._track(ORIGIN).read(lambda o: o.through, fresh=True) == 1
+    assert b.track(ORIGIN).read(lambda o: o.through, fresh=True) == 1
 
 
 def test_an_answer_out_with_a_write_that_loses_a_race_stays_on_the_copy(
@@ -900,7 +900,7 @@ def test_an_answer_out_with_a_write_that_loses_a_race_stays_on_the_copy(
     the failure's reply).  The answer goes back on that copy, and out with the next write.
     """
     a, b = fleet(server)
-    tracker = a._track(ORIGIN)
+    tracker = a.track(ORIGIN)
     assert isinstance(tracker, RedisTracker)
     tracker.update(_answered_before)  # the key read, the scripts loaded
     tracker.observe(200, Hints(), a.clock(), counted=False)  # deferred: 11 on the copy
@@ -926,4 +926,4 @@ def test_an_answer_out_with_a_write_that_loses_a_race_stays_on_the_copy(
     assert tracker.state.through == 11  # its answer back on the copy
     assert len(tracker.deferred) == 1
     tracker.update(lambda o: None)
-    assert b._track(ORIGIN).read(lambda o: (o.through, o.limit), fresh=True) == (11, 3.0)
+    assert b.track(ORIGIN).read(lambda o: (o.through, o.limit), fresh=True) == (11, 3.0)

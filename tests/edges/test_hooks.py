@@ -73,7 +73,7 @@ def test_give_ups_an_error_status_an_exception_and_a_call_not_sent(clock: FakeCl
     assert not seen[2][1].succeeded
 
     pacer = Pacer(clock=clock, probe=0)
-    pacer._track(ORIGIN).observe(503, Hints(retry_after=100.0), clock(), counted=False)
+    pacer.track(ORIGIN).observe(503, Hints(retry_after=100.0), clock(), counted=False)
     closed, told = make(clock, [200], pacer)
     with pytest.raises(httpx.HTTPError):
         closed.get(URL)

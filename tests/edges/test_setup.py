@@ -71,7 +71,7 @@ def test_retry_refuses_what_is_neither_types_nor_a_predicate() -> None:
 def closed_pacer(clock: FakeClock) -> Pacer:
     """An origin closed for 100 s by a 503's Retry-After (beyond max_retry_after=5)."""
     pacer = Pacer(clock=clock, probe=0)
-    pacer._track(ORIGIN).observe(503, Hints(retry_after=100.0), clock(), counted=False)
+    pacer.track(ORIGIN).observe(503, Hints(retry_after=100.0), clock(), counted=False)
     return pacer
 
 

@@ -28,7 +28,7 @@ ORIGIN = "http://api.test:80"
 
 
 def tracker(p: Pacer) -> MemoryTracker:
-    found = p._track(ORIGIN)
+    found = p.track(ORIGIN)
     assert isinstance(found, MemoryTracker)
     return found
 

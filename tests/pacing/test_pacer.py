@@ -18,24 +18,24 @@ ORIGIN = "http://api.test:80"
 
 def memory(p: Pacer) -> MemoryTracker:
     """The in-memory tracker of ORIGIN, to look at its state."""
-    tracker = p._track(ORIGIN)
+    tracker = p.track(ORIGIN)
     assert isinstance(tracker, MemoryTracker)
     return tracker
 
 
 def admit(p: Pacer, now: float, **kw: float) -> float:
-    a = p._track(ORIGIN).acquire(now, **kw)
+    a = p.track(ORIGIN).acquire(now, **kw)
     assert a.final
     assert a.granted
-    p._track(ORIGIN).sent()
+    p.track(ORIGIN).sent()
     return a.delay
 
 
 def known(p: Pacer, now: float = 0.0, hints: Hints | None = None, status: int = 200) -> None:
     """Finish the cold-start probe with one response."""
-    assert p._track(ORIGIN).acquire(now).final
-    p._track(ORIGIN).sent()
-    p._track(ORIGIN).observe(status, hints or Hints(), now)
+    assert p.track(ORIGIN).acquire(now).final
+    p.track(ORIGIN).sent()
+    p.track(ORIGIN).observe(status, hints or Hints(), now)
 
 
 def test_healthy_origin_adds_no_delay() -> None:
@@ -47,21 +47,21 @@ def test_healthy_origin_adds_no_delay() -> None:
 def test_cold_start_probe() -> None:
     """While the first request is out, others poll; after its response they go."""
     p = Pacer(probe=0.25)
-    assert p._track(ORIGIN).acquire(0.0).delay == 0.0  # the probe
-    p._track(ORIGIN).sent()
-    waiting = p._track(ORIGIN).acquire(0.001)
+    assert p.track(ORIGIN).acquire(0.0).delay == 0.0  # the probe
+    p.track(ORIGIN).sent()
+    waiting = p.track(ORIGIN).acquire(0.001)
     assert not waiting.final
     assert 0 < waiting.delay <= 0.005
-    p._track(ORIGIN).observe(200, Hints(), 0.002)
-    assert p._track(ORIGIN).acquire(0.003).final
+    p.track(ORIGIN).observe(200, Hints(), 0.002)
+    assert p.track(ORIGIN).acquire(0.003).final
 
 
 def test_probe_times_out() -> None:
     p = Pacer(probe=0.25)
-    p._track(ORIGIN).acquire(0.0)
-    p._track(ORIGIN).sent()
-    assert not p._track(ORIGIN).acquire(0.1).final
-    assert p._track(ORIGIN).acquire(0.3).final
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).sent()
+    assert not p.track(ORIGIN).acquire(0.1).final
+    assert p.track(ORIGIN).acquire(0.3).final
 
 
 def test_stated_rate_paces_after_the_burst() -> None:
@@ -71,10 +71,10 @@ def test_stated_rate_paces_after_the_burst() -> None:
     delays = []
     now = 0.0
     for _ in range(10):
-        a = p._track(ORIGIN).acquire(now)
+        a = p.track(ORIGIN).acquire(now)
         while not a.final:  # beyond the horizon: ask again later
             now += a.delay
-            a = p._track(ORIGIN).acquire(now)
+            a = p.track(ORIGIN).acquire(now)
         delays.append(round(now + a.delay, 6))
     assert delays[:4] == [0.0] * 4
     gaps = [round(b - a, 6) for a, b in itertools.pairwise(delays[3:])]
@@ -85,33 +85,33 @@ def test_a_429s_retry_after_holds_back_only_its_own_request() -> None:
     """Others are held back by the admitted rate, not by another request's Retry-After."""
     p = Pacer(probe=0)
     known(p)
-    p._track(ORIGIN).acquire(0.0)
-    p._track(ORIGIN).sent()
-    p._track(ORIGIN).observe(429, Hints(retry_after=5.0), 0.0)
-    assert p._track(ORIGIN).cohort(0.0).opens_in == 0.0
-    assert p._track(ORIGIN).acquire(0.0).delay == 0.0
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).sent()
+    p.track(ORIGIN).observe(429, Hints(retry_after=5.0), 0.0)
+    assert p.track(ORIGIN).cohort(0.0).opens_in == 0.0
+    assert p.track(ORIGIN).acquire(0.0).delay == 0.0
 
 
 def test_a_503s_retry_after_gates_everyone() -> None:
     """A 503's Retry-After speaks for the whole origin (a load balancer, a maintenance)."""
     p = Pacer(probe=0)
     known(p)
-    p._track(ORIGIN).acquire(0.0)
-    p._track(ORIGIN).sent()
-    p._track(ORIGIN).observe(503, Hints(retry_after=5.0), 0.0)
-    a = p._track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).sent()
+    p.track(ORIGIN).observe(503, Hints(retry_after=5.0), 0.0)
+    a = p.track(ORIGIN).acquire(0.0)
     assert not a.final  # 5 s away: beyond the horizon
-    assert p._track(ORIGIN).cohort(1.0).opens_in == pytest.approx(4.0)
-    assert p._track(ORIGIN).acquire(4.9).delay == pytest.approx(0.1)
+    assert p.track(ORIGIN).cohort(1.0).opens_in == pytest.approx(4.0)
+    assert p.track(ORIGIN).acquire(4.9).delay == pytest.approx(0.1)
     # that one is the probe of an origin down: the others wait for its answer
-    assert p._track(ORIGIN).cohort(4.9).opens_in > 0.1
+    assert p.track(ORIGIN).cohort(4.9).opens_in > 0.1
 
 
 def test_a_bucket_that_throttled_is_closed_until_its_reset() -> None:
     """Once the quota is known to refill continuously, a throttle closes it until its reset."""
     p = Pacer(probe=0)
     known(p)
-    t = p._track(ORIGIN)
+    t = p.track(ORIGIN)
     assert isinstance(t, MemoryTracker)
     t.state.kind = "bucket"
     t.acquire(0.0)
@@ -124,7 +124,7 @@ def test_an_unknown_limiter_is_paced_into_its_spent_quota_to_tell_its_kind() -> 
     """No gate yet: the guessed rate sends one request into the spent quota, as evidence."""
     p = Pacer(probe=0)
     known(p)
-    t = p._track(ORIGIN)
+    t = p.track(ORIGIN)
     t.acquire(0.0)
     t.sent()
     t.observe(429, Hints(remaining=0, limit=5000, reset_after=60.0), 0.0)
@@ -136,17 +136,17 @@ def test_exhausted_success_does_not_gate() -> None:
     """A token bucket reports 0 left on a success; the mirror paces, the gate stays open."""
     p = Pacer(probe=0)
     known(p, hints=Hints(remaining=0, limit=10, window=1.0, reset_after=1.0))
-    assert p._track(ORIGIN).cohort(0.0).opens_in == 0.0
-    assert p._track(ORIGIN).acquire(0.0).delay == pytest.approx(0.1)
+    assert p.track(ORIGIN).cohort(0.0).opens_in == 0.0
+    assert p.track(ORIGIN).acquire(0.0).delay == pytest.approx(0.1)
 
 
 def test_deadline_refuses_without_reserving() -> None:
     p = Pacer(probe=0)
     known(p)
-    p._track(ORIGIN).acquire(0.0)
-    p._track(ORIGIN).sent()
-    p._track(ORIGIN).observe(503, Hints(retry_after=30.0), 0.0)
-    a = p._track(ORIGIN).acquire(0.0, deadline=5.0)
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).sent()
+    p.track(ORIGIN).observe(503, Hints(retry_after=30.0), 0.0)
+    a = p.track(ORIGIN).acquire(0.0, deadline=5.0)
     assert not a.granted
     assert p.view(ORIGIN).waiting == 0
 
@@ -154,7 +154,7 @@ def test_deadline_refuses_without_reserving() -> None:
 def test_learned_rate_without_headers() -> None:
     """Throttles with no quota headers: the rate is what got through; slow start; probing."""
     p = Pacer(probe=0)
-    t = p._track(ORIGIN)
+    t = p.track(ORIGIN)
     known(p, now=0.0)  # an origin seen for a while (a young one needs a herd to be cut)
     for i in range(5):
         known(p, now=10.0 + 0.01 * i)
@@ -183,21 +183,21 @@ def test_learned_rate_without_headers() -> None:
 
 def test_throttle_without_evidence_leaves_it_to_backoff() -> None:
     p = Pacer(probe=0)
-    p._track(ORIGIN).acquire(0.0)
-    p._track(ORIGIN).sent()
-    p._track(ORIGIN).observe(503, Hints(retry_after=1.0), 0.0)
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).sent()
+    p.track(ORIGIN).observe(503, Hints(retry_after=1.0), 0.0)
     assert p.view(ORIGIN).rate is None
 
 
 def test_cohort_counts_waiting_requests() -> None:
     p = Pacer(probe=0)
     known(p, hints=Hints(remaining=0, limit=10, window=1.0))
-    p._track(ORIGIN).acquire(0.0)
-    p._track(ORIGIN).acquire(0.0)
-    view = p._track(ORIGIN).cohort(0.0)
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).acquire(0.0)
+    view = p.track(ORIGIN).cohort(0.0)
     assert (view.waiting, view.admitted_rate, view.paced) == (3, 10.0, True)
-    p._track(ORIGIN).cancel()
-    p._track(ORIGIN).sent()
+    p.track(ORIGIN).cancel()
+    p.track(ORIGIN).sent()
     assert p.view(ORIGIN).waiting == 0
     assert p.view(ORIGIN).in_flight == 1
 
@@ -205,13 +205,13 @@ def test_cohort_counts_waiting_requests() -> None:
 def test_other_unit_exhausted_gates() -> None:
     p = Pacer(probe=0)
     known(p, hints=Hints(remaining=0, reset_after=2.0, unit="tokens"))
-    assert p._track(ORIGIN).cohort(0.0).opens_in == 2.0
+    assert p.track(ORIGIN).cohort(0.0).opens_in == 2.0
 
 
 def test_lru_bounds_memory() -> None:
     p = Pacer(max_origins=3)
     for i in range(10):
-        p._track(f"http://h{i}:80").acquire(0.0)
+        p.track(f"http://h{i}:80").acquire(0.0)
     assert p.origins() == ["http://h7:80", "http://h8:80", "http://h9:80"]
     assert "origins=3" in repr(p)
 
@@ -219,7 +219,7 @@ def test_lru_bounds_memory() -> None:
 def test_budget() -> None:
     p = Pacer()
     budget = RetryBudget(ratio=0.0, min_per_second=0.2, window=10)
-    tracker = p._track(ORIGIN)
+    tracker = p.track(ORIGIN)
     tracker.record_attempt(budget, 0.0)
     assert tracker.try_retry(budget, 0.0)  # checked and taken in one step
     assert tracker.try_retry(budget, 0.0)
@@ -242,9 +242,9 @@ def test_threads_share_one_origin_safely() -> None:
 
     def worker() -> None:
         for _ in range(500):
-            a = p._track(ORIGIN).acquire(0.0)
+            a = p.track(ORIGIN).acquire(0.0)
             if a.final:
-                p._track(ORIGIN).sent()
+                p.track(ORIGIN).sent()
                 with lock:
                     slots.append(a.delay)
 
@@ -263,36 +263,36 @@ def test_try_now_admits_only_without_waiting() -> None:
     """The edges' fast lane: a free slot is taken and counted; no slot reserves nothing."""
     p = Pacer(probe=0)
     known(p, hints=Hints(remaining=2, limit=10, window=1.0, reset_after=1.0))
-    assert p._track(ORIGIN).try_now(0.0)
-    assert p._track(ORIGIN).try_now(0.0)
+    assert p.track(ORIGIN).try_now(0.0)
+    assert p.track(ORIGIN).try_now(0.0)
     assert p.view(ORIGIN).in_flight == 2
-    assert not p._track(ORIGIN).try_now(0.0)  # the burst is spent: 0.1 s to the next slot
+    assert not p.track(ORIGIN).try_now(0.0)  # the burst is spent: 0.1 s to the next slot
     assert p.view(ORIGIN).in_flight == 2
     assert admit(p, 0.0) == pytest.approx(0.1)  # nothing was reserved by the refusal
-    assert p._track(ORIGIN).try_now(0.25)
+    assert p.track(ORIGIN).try_now(0.25)
 
 
 def test_try_now_respects_gate_queue_and_probe() -> None:
     p = Pacer(probe=0.25)
-    assert p._track(ORIGIN).try_now(0.0)  # the cold-start probe itself
-    assert not p._track(ORIGIN).try_now(0.01)  # others wait for its response
-    p._track(ORIGIN).observe(503, Hints(retry_after=2.0), 0.02)
-    assert not p._track(ORIGIN).try_now(1.0)  # the gate is closed
-    assert p._track(ORIGIN).acquire(2.1).final  # somebody is waiting for a slot...
-    assert not p._track(ORIGIN).try_now(2.1)  # ...so nobody jumps the queue
-    p._track(ORIGIN).sent()
-    assert not p._track(ORIGIN).try_now(2.1)  # it probes the origin the 503 closed...
-    p._track(ORIGIN).observe(200, Hints(), 2.15, sent_at=2.1)
-    assert p._track(ORIGIN).try_now(2.2)  # ...which its success reopens
+    assert p.track(ORIGIN).try_now(0.0)  # the cold-start probe itself
+    assert not p.track(ORIGIN).try_now(0.01)  # others wait for its response
+    p.track(ORIGIN).observe(503, Hints(retry_after=2.0), 0.02)
+    assert not p.track(ORIGIN).try_now(1.0)  # the gate is closed
+    assert p.track(ORIGIN).acquire(2.1).final  # somebody is waiting for a slot...
+    assert not p.track(ORIGIN).try_now(2.1)  # ...so nobody jumps the queue
+    p.track(ORIGIN).sent()
+    assert not p.track(ORIGIN).try_now(2.1)  # it probes the origin the 503 closed...
+    p.track(ORIGIN).observe(200, Hints(), 2.15, sent_at=2.1)
+    assert p.track(ORIGIN).try_now(2.2)  # ...which its success reopens
 
 
 def test_observe_uncounted_keeps_in_flight() -> None:
     p = Pacer(probe=0)
     known(p)
-    assert p._track(ORIGIN).try_now(0.0)
-    p._track(ORIGIN).observe(200, Hints(), 0.1, counted=False)  # a healthy-lane response
+    assert p.track(ORIGIN).try_now(0.0)
+    p.track(ORIGIN).observe(200, Hints(), 0.1, counted=False)  # a healthy-lane response
     assert p.view(ORIGIN).in_flight == 1
-    p._track(ORIGIN).observe(200, Hints(), 0.1)
+    p.track(ORIGIN).observe(200, Hints(), 0.1)
     assert p.view(ORIGIN).in_flight == 0
 
 
@@ -309,8 +309,8 @@ def test_a_stale_quota_never_reopens_a_spent_burst() -> None:
         for _ in range(5):
             assert admit(p, 0.0) == 0.0  # the reported burst, spent at once
         if stale:  # the answer to a request sent before those five, still saying 5 left
-            p._track(ORIGIN).observe(200, Hints(remaining=5, limit=10, window=1.0), 0.01)
-        return p._track(ORIGIN).acquire(0.01).delay
+            p.track(ORIGIN).observe(200, Hints(remaining=5, limit=10, window=1.0), 0.01)
+        return p.track(ORIGIN).acquire(0.01).delay
 
     assert paced_after_stale(stale=True) >= paced_after_stale(stale=False) > 0
 
@@ -321,12 +321,10 @@ def test_a_window_reset_reopens_at_once() -> None:
     known(p, hints=Hints(remaining=100, limit=100, window=3600.0, reset_after=10.0))
     assert [admit(p, 0.0) for _ in range(100)] == [0.0] * 100  # the whole window, at once
     for _ in range(100):
-        p._track(ORIGIN).observe(200, Hints(remaining=0, limit=100, window=3600.0), 1.0)
-    assert p._track(ORIGIN).acquire(1.0).delay > 30  # spent: one token per 36 s from here
-    p._track(ORIGIN).cancel()
-    p._track(ORIGIN).observe(
-        200, Hints(remaining=100, limit=100, window=3600.0), 10.5
-    )  # new window
+        p.track(ORIGIN).observe(200, Hints(remaining=0, limit=100, window=3600.0), 1.0)
+    assert p.track(ORIGIN).acquire(1.0).delay > 30  # spent: one token per 36 s from here
+    p.track(ORIGIN).cancel()
+    p.track(ORIGIN).observe(200, Hints(remaining=100, limit=100, window=3600.0), 10.5)  # new window
     assert [admit(p, 10.5) for _ in range(50)] == [0.0] * 50
 
 
@@ -337,13 +335,13 @@ def test_windows_are_guessed_per_quota() -> None:
     """
     p = Pacer(probe=0)
     known(p, hints=Hints(remaining=4000, limit=5000, reset_after=3500.0))
-    p._track(ORIGIN).acquire(0.0)
-    p._track(ORIGIN).sent()
-    p._track(ORIGIN).observe(200, Hints(remaining=0, limit=30, reset_after=50.0), 0.0)
-    assert 1.5 <= p._track(ORIGIN).acquire(0.0).delay <= 2.0  # 30 per >= 50 s, not 30 per 3500 s
-    p._track(ORIGIN).cancel()
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).sent()
+    p.track(ORIGIN).observe(200, Hints(remaining=0, limit=30, reset_after=50.0), 0.0)
+    assert 1.5 <= p.track(ORIGIN).acquire(0.0).delay <= 2.0  # 30 per >= 50 s, not 30 per 3500 s
+    p.track(ORIGIN).cancel()
     for limit in range(100, 120):  # many quota sizes: the guesses stay bounded
-        p._track(ORIGIN).observe(200, Hints(remaining=1, limit=limit, reset_after=9.0), 0.0)
+        p.track(ORIGIN).observe(200, Hints(remaining=1, limit=limit, reset_after=9.0), 0.0)
     assert len(memory(p).state.window_guesses) == MAX_WINDOW_GUESSES
 
 
@@ -352,11 +350,11 @@ def test_success_memory_follows_the_rate_not_the_lifetime() -> None:
     known(p)
     for i in range(10_000):  # 100 s at 100 successes a second, half on each path
         if i % 2:
-            p._track(ORIGIN).note_success(i / 100)
+            p.track(ORIGIN).note_success(i / 100)
         else:
-            p._track(ORIGIN).observe(200, Hints(), i / 100, counted=False)
+            p.track(ORIGIN).observe(200, Hints(), i / 100, counted=False)
     assert len(memory(p).state.successes) <= 102  # about the last second's
-    p._track(ORIGIN).observe(429, Hints(), 100.0, counted=False)  # the learned rate still sees them
+    p.track(ORIGIN).observe(429, Hints(), 100.0, counted=False)  # the learned rate still sees them
     assert p.view(ORIGIN).rate == pytest.approx(100, abs=2)
 
 
@@ -371,7 +369,7 @@ def test_pickling_keeps_the_settings_not_the_state() -> None:
         9.0,
     )
     assert copy.origins() == []
-    assert copy._track(ORIGIN).acquire(0.0).delay == 0.0  # the original's gate did not come along
+    assert copy.track(ORIGIN).acquire(0.0).delay == 0.0  # the original's gate did not come along
 
 
 def test_the_view_shows_the_quota() -> None:
@@ -379,11 +377,11 @@ def test_the_view_shows_the_quota() -> None:
     from smoothclient.hints import Hints
 
     pacer = Pacer(probe=0)
-    stated = pacer._track("https://a.test:443")
+    stated = pacer.track("https://a.test:443")
     stated.observe(200, Hints(remaining=50, limit=100, window=10), pacer.clock(), counted=False)
     view = pacer.view("https://a.test:443")
     assert (view.remaining, view.limit, view.window, view.rate) == (50, 100, 10.0, 10.0)
-    guessed = pacer._track("https://b.test:443")
+    guessed = pacer.track("https://b.test:443")
     guessed.observe(
         200, Hints(remaining=50, limit=100, reset_after=30), pacer.clock(), counted=False
     )

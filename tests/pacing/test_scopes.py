@@ -42,7 +42,7 @@ def test_ten_thousand_ids_make_one_route() -> None:
     pacer = Pacer(clock=clock, probe=0)
     hints = read_hints({"x-ratelimit-remaining": "10", "x-ratelimit-resource": "core"}, now=NOW)
     for n in range(10_000):
-        tracker = pacer._bind(ORIGIN, ("GET", f"/users/{n}/repos"), route, late=n == 0)
+        tracker = pacer.bind(ORIGIN, ("GET", f"/users/{n}/repos"), route, late=n == 0)
         assert tracker is not None
         tracker.observe(200, hints, clock(), counted=False)
     assert pacer.routes(ORIGIN) == {"GET /users/{}/repos": ("core",)}
@@ -52,15 +52,15 @@ def test_requests_on_a_route_share_one_bound_until_its_scopes_change() -> None:
     clock = FakeClock(0.0)
     pacer = Pacer(clock=clock, probe=0)
     core = read_hints({"x-ratelimit-remaining": "10", "x-ratelimit-resource": "core"}, now=NOW)
-    late = pacer._bind(ORIGIN, ("GET", "/users/1"), route, late=True)
+    late = pacer.bind(ORIGIN, ("GET", "/users/1"), route, late=True)
     assert late is not None
     late.observe(200, core, clock(), counted=False)
-    first = pacer._bind(ORIGIN, ("GET", "/users/2"), route)
+    first = pacer.bind(ORIGIN, ("GET", "/users/2"), route)
     assert isinstance(first, Bound)
-    assert pacer._bind(ORIGIN, ("GET", "/users/3"), route) is first  # nothing made per request
+    assert pacer.bind(ORIGIN, ("GET", "/users/3"), route) is first  # nothing made per request
     search = read_hints({"x-ratelimit-remaining": "5", "x-ratelimit-resource": "search"}, now=NOW)
     first.observe(200, search, clock(), counted=False)  # the route now names another scope
-    again = pacer._bind(ORIGIN, ("GET", "/users/4"), route)
+    again = pacer.bind(ORIGIN, ("GET", "/users/4"), route)
     assert isinstance(again, Bound)
     assert again is not first
     assert [name for name, _ in again.scopes] == ["search"]
@@ -71,12 +71,12 @@ def test_routes_and_scopes_per_origin_are_bounded() -> None:
     pacer = Pacer(clock=clock, probe=0, max_routes=4, max_scopes=3, max_origins=2)
     for n in range(50):  # a server naming a new scope on every new route
         hints = read_hints({"x-ratelimit-remaining": "9", "x-ratelimit-bucket": f"b{n}"})
-        tracker = pacer._bind(ORIGIN, ("GET", f"/r{n}"), route, late=True)
+        tracker = pacer.bind(ORIGIN, ("GET", f"/r{n}"), route, late=True)
         assert tracker is not None
         tracker.observe(200, hints, clock(), counted=False)
     assert len(pacer.routes(ORIGIN)) == 4
     assert len(pacer.scopes(ORIGIN)) == 3
-    pacer._track("https://other.test:443")
+    pacer.track("https://other.test:443")
     assert "https://other.test:443" in pacer.origins()  # scopes never push origins out
     assert all(" " not in origin for origin in pacer.origins())
 
@@ -194,15 +194,15 @@ def test_split_unnamed_quotas_belong_to_the_callers_scope() -> None:
 
 def bound_pair(clock: FakeClock) -> tuple[Pacer, Bound]:
     pacer = Pacer(clock=clock, probe=0)
-    book = OriginScopes(pacer._track)
+    book = OriginScopes(pacer.track)
     bound = Bound(
-        pacer._track(ORIGIN), book.pairs(("x a", "x b")), given=(), route="GET /", book=book
+        pacer.track(ORIGIN), book.pairs(("x a", "x b")), given=(), route="GET /", book=book
     )
     return pacer, bound
 
 
 def exhaust(pacer: Pacer, key: str, reset: float, now: float) -> None:
-    pacer._track(key).observe(
+    pacer.track(key).observe(
         200, Hints(remaining=0, limit=10, reset_after=reset), now, counted=False
     )
 
@@ -210,11 +210,11 @@ def exhaust(pacer: Pacer, key: str, reset: float, now: float) -> None:
 def test_bound_waits_for_the_latest_slot() -> None:
     clock = FakeClock(0.0)
     pacer, bound = bound_pair(clock)
-    pacer._track("x b").observe(503, Hints(retry_after=7.0), 0.0, counted=False)
+    pacer.track("x b").observe(503, Hints(retry_after=7.0), 0.0, counted=False)
     admission = bound.acquire(0.0)  # too far off to fix a slot: ask again, nothing held
     assert (admission.granted, admission.final) == (True, False)
     assert 6.5 < admission.delay <= 7.0
-    assert [pacer._track(k).view(0.0).waiting for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer.track(k).view(0.0).waiting for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     admission = bound.acquire(6.9)
     assert (admission.granted, admission.final) == (True, True)
     assert admission.delay == pytest.approx(0.1)
@@ -227,20 +227,20 @@ def test_bound_refused_by_one_cancels_the_others() -> None:
     exhaust(pacer, "x b", 100.0, 0.0)
     admission = bound.acquire(0.0, deadline=5.0)
     assert not admission.granted
-    assert pacer._track(ORIGIN).view(0.0).waiting == 0
-    assert pacer._track("x a").view(0.0).waiting == 0
+    assert pacer.track(ORIGIN).view(0.0).waiting == 0
+    assert pacer.track("x a").view(0.0).waiting == 0
 
 
 def test_bound_try_now_is_all_or_nothing() -> None:
     clock = FakeClock(0.0)
     pacer, bound = bound_pair(clock)
     assert bound.try_now(0.0)
-    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [1, 1, 1]
+    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [1, 1, 1]
     bound.observe(200, Hints(), 0.0)
-    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     exhaust(pacer, "x b", 100.0, 0.0)
     assert not bound.try_now(0.0)
-    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     assert not bound.healthy(0.0)
 
 
@@ -249,21 +249,21 @@ def test_bound_releases_what_learned_nothing_and_counts_in_each() -> None:
     pacer, bound = bound_pair(clock)
     bound.adopt()
     bound.observe(429, hints_of([q("a", 0)], retry_after=1.0), 0.0)  # only "a" throttled
-    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     bound.acquire(0.0)
     bound.sent()
     bound.failed()
-    assert [pacer._track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer.track(k).view(0.0).in_flight for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
     bound.acquire(0.0)
     bound.cancel()
-    assert [pacer._track(k).view(0.0).waiting for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
+    assert [pacer.track(k).view(0.0).waiting for k in (ORIGIN, "x a", "x b")] == [0, 0, 0]
 
 
 def test_bound_cohort_is_the_tightest() -> None:
     clock = FakeClock(0.0)
     pacer, bound = bound_pair(clock)
-    pacer._track("x a").observe(200, Hints(remaining=5, limit=10, window=10), 0.0, counted=False)
-    pacer._track(ORIGIN).observe(503, Hints(retry_after=4.0), 0.0, counted=False)
+    pacer.track("x a").observe(200, Hints(remaining=5, limit=10, window=10), 0.0, counted=False)
+    pacer.track(ORIGIN).observe(503, Hints(retry_after=4.0), 0.0, counted=False)
     cohort = bound.cohort(0.0)
     assert cohort.opens_in == pytest.approx(4.0)
     assert cohort.admitted_rate is not None
@@ -279,9 +279,9 @@ def test_a_route_with_one_scope_releases_every_tracker_that_counted_it(
     # The common case (one scope, a success naming only it) takes a shortcut past split():
     # the scope learns the quota; the origin is released too when it admitted the request.
     pacer = Pacer(clock=FakeClock(0.0), probe=0)
-    book = OriginScopes(pacer._track)
+    book = OriginScopes(pacer.track)
     bound = Bound(
-        pacer._track(ORIGIN),
+        pacer.track(ORIGIN),
         book.pairs(("x a",)),
         given=(),
         route="GET /",
@@ -294,7 +294,7 @@ def test_a_route_with_one_scope_releases_every_tracker_that_counted_it(
         bound.observe(200, hints, 1.0)
     else:
         run(bound.steps.observe(200, hints, 1.0))
-    origin, scope = pacer._track(ORIGIN).view(1.0), pacer._track("x a").view(1.0)
+    origin, scope = pacer.track(ORIGIN).view(1.0), pacer.track("x a").view(1.0)
     assert (origin.in_flight, scope.in_flight) == (0, 0)
     assert scope.remaining == 7
     assert origin.remaining is None  # the scope's quota is not the host's
