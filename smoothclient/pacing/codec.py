@@ -102,7 +102,7 @@ def _budgets(value: list[Any]) -> dict[RetryBudget, BudgetCounts]:
 
 
 def _outage(value: list[Any]) -> Outage:
-    fails, first, served, down, gap, probes, release = value
+    fails, first, served, down, gap, probes, release, closed = value
     return Outage(
         int(fails),
         float(first),
@@ -111,6 +111,7 @@ def _outage(value: list[Any]) -> Outage:
         float(gap),
         int(probes),
         float(release),
+        float(closed),
     )
 
 

@@ -66,6 +66,7 @@ class Outage:
     gap: float = PROBE_GAP  # the gap before the next probe
     probes: int = 0  # probes sent since the origin went down
     release_until: float = -1e18  # after reopening: 5xx are throttles until then
+    closed_until: float = -1e18  # the gate this rule closed (a server's Retry-After is not)
 
 
 def is_failure(status: int) -> bool:
@@ -108,7 +109,7 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
     b.fails += 1
     if b.down_since is not None:  # a probe failed: the next goes later
         b.gap = min(MAX_PROBE_GAP, b.gap * 1.5)
-        o.gate = max(o.gate, now + _jittered(b.gap, now))
+        _close(o, now + _jittered(b.gap, now))
         return False
     span = now - b.first_fail
     if (b.fails >= DOWN_AFTER and span >= MIN_SPAN) or closed:
@@ -120,11 +121,17 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
     return now < b.release_until
 
 
+def _close(o: OriginState, until: float) -> None:
+    """Close the gate until ``until`` (never shortening it), noting that this rule did."""
+    if until > o.gate:
+        o.gate = o.outage.closed_until = until
+
+
 def taken(o: OriginState, at: float) -> None:
     """A request was admitted at ``at`` while the origin is down: it is the probe."""
     b = o.outage
     b.probes += 1
-    o.gate = max(o.gate, at + b.gap)  # the others wait for its answer (or the next probe)
+    _close(o, at + b.gap)  # the others wait for its answer (or the next probe)
 
 
 def answered(o: OriginState, s: Settings, now: float) -> None:
@@ -142,7 +149,8 @@ def answered(o: OriginState, s: Settings, now: float) -> None:
     b.down_since = None
     b.gap = PROBE_GAP
     b.release_until = now + RELEASE
-    o.gate = min(o.gate, now)
+    if o.gate <= b.closed_until:  # (a gate a server's Retry-After closed stays closed)
+        o.gate = min(o.gate, now)
     pace = o.pace
     if pace.rate is None or o.learned:  # (a rate cut during the outage measured nothing)
         pace.rate = max(s.learned_floor, b.served)

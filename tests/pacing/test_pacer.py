@@ -392,11 +392,15 @@ def test_the_view_shows_the_quota() -> None:
     assert pacer.view("https://c.test:443").window is None
 
 
-def test_help_shows_the_views_and_not_the_edge_protocol() -> None:
+def test_the_public_face_is_the_views_and_the_edges_door() -> None:
+    """``help(Pacer)`` shows the views and the door every edge uses, nothing private."""
     public = {name for name in dir(Pacer) if not name.startswith("_")}
-    assert public == {"origins", "routes", "scope", "scopes", "view"}  # scope: a setting, read-only
+    views = {"origins", "routes", "scope", "scopes", "view"}  # scope: a setting, read-only
+    assert public == views | {"track", "bind", "binding"}
     pacer = Pacer()
-    assert isinstance(pacer, PacerLike)  # the edges' protocol, under underscores
+    assert isinstance(pacer, PacerLike)  # the edges' protocol, by public names
+    assert callable(pacer.peek)
+    assert pacer.scope_book("https://nowhere.test:443") is None
 
 
 def test_the_scope_function_is_fixed_at_construction() -> None:
