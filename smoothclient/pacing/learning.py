@@ -48,6 +48,8 @@ def observe(
     if status < 400:
         o.succeeded(now)
         o.through += 1
+        if o.outage.release_until > now - outage.RELEASE:
+            outage.settled(o, now)  # (after the learning below would be later than needed)
     if counted:
         o.in_flight = max(0, o.in_flight - 1)
     o.known = True

@@ -10,7 +10,7 @@ The law, in three parts:
    connections, timeouts) over at least :data:`MIN_SPAN`, with no success between them, or a
    503 with ``Retry-After``, mark the
    origin down.  Runs that long are rare when an origin fails only part of its requests (at
-   half of them, one run in 2**8), so a brownout keeps its retries; a dead origin trips it in
+   half of them, one run in 2**12), so a brownout keeps its retries; a dead origin trips it in
    a fraction of a second at any real rate.
 2. **Probes, not retries.**  While down, the origin's gate is closed: calls that still have
    deadline left wait without sending (first attempts and retries alike), and one request at
@@ -28,6 +28,7 @@ The law, in three parts:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,10 +37,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the state holds an Outage: this module sits below it
     from .state import OriginState, Settings
 
-__all__ = ["DOWN_AFTER", "Outage", "answered", "down_for", "failed", "is_failure", "taken"]
+__all__ = [
+    "DOWN_AFTER",
+    "Outage",
+    "answered",
+    "down_for",
+    "failed",
+    "is_failure",
+    "settled",
+    "taken",
+]
 
 #: Failures in a row (no success between) that mark an origin down.
-DOWN_AFTER = 8
+DOWN_AFTER = 12
 #: ... over at least this long (seconds): a herd's answers, all failed within a few
 #: milliseconds, say nothing of how long the origin fails.
 MIN_SPAN = 0.25
@@ -50,6 +60,8 @@ PROBE_GAP = 0.25
 MAX_PROBE_GAP = 1.0
 #: After reopening, a 5xx counts as a throttle (it cuts the release rate) for this long.
 RELEASE = 10.0
+#: The release ends (the pace drops) once it has held nobody back and cut nothing this long.
+SETTLE = 2.0
 #: Statuses that say the origin failed the request (not a rate limit, not the client's fault).
 FAILURE_STATUSES = frozenset({500, 502, 503, 504})
 _GOLDEN = 0.6180339887498949
@@ -153,10 +165,37 @@ def answered(o: OriginState, s: Settings, now: float) -> None:
         o.gate = min(o.gate, now)
     pace = o.pace
     if pace.rate is None or o.learned:  # (a rate cut during the outage measured nothing)
-        pace.rate = max(s.learned_floor, b.served)
+        # counted again now: a fleet's processes write their plain successes with their next
+        # step, so the second before the failures holds more of them now than it did then
+        start = bisect.bisect_left(o.successes, b.first_fail - 1.0)
+        served = bisect.bisect_right(o.successes, b.first_fail) - start
+        pace.rate = max(s.learned_floor, b.served, served)
         pace.burst = 1.0
         pace.tat = max(pace.tat, now)
         o.learned = True
         o.ceiling = math.inf  # a slow start: no measured ceiling yet
         o.cut = None
         o.last_throttle = max(o.last_throttle, now - 1.0)
+
+
+def settled(o: OriginState, now: float) -> None:
+    """
+    A success while what waited out an outage is released: the release may end.
+
+    Once the release rate has held no request back (no slot owed ahead, nobody waiting) and
+    nothing was cut for :data:`SETTLE` seconds, the origin is served as before the outage,
+    unpaced: a rate kept longer held a recovered origin below what its callers offer.
+    """
+    b = o.outage
+    if (
+        now - (b.release_until - RELEASE) >= SETTLE
+        and now - o.last_throttle >= SETTLE
+        and o.pace.tat <= now
+        and not o.waiting
+    ):
+        b.release_until = -1e18
+        if o.learned:
+            o.learned = False
+            o.pace.rate = None
+            o.cut = None
+            o.ceiling = math.inf

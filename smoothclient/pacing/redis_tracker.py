@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import json
 import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,10 +23,10 @@ from ..engine.decide import CohortView
 from ..hints.model import Hints
 from ..policy import RetryBudget
 from . import state as st
-from .codec import dump, load
+from .codec import KEEP, dump, load
 from .redis_link import Link, _Down
 from .redis_steps import RedisSteps
-from .state import Admission, OriginState, OriginView, Settings
+from .state import MAX_SUCCESSES, Admission, OriginState, OriginView, Settings
 from .store import MemoryTracker, Steps, Trip, run
 
 __all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisTracker", "redis_key"]
@@ -87,6 +89,10 @@ class RedisTracker:
         self.epoch = 0  # counts the copy's replacements (a reply sent before one may be stale)
         self.dirty: OriginState | None = None  # the copy, while a write of its change is out
         self.deferred: list[Callable[[OriginState], object]] = []  # answers not yet written
+        # plain successes noted lock-free (the fast lane's), written with the next step: on
+        # the copy alone they were lost at its next read, and the fleet's state counted a
+        # tenth of them (an outage's release then started from a tenth of the rate served)
+        self.unsent: deque[float] = deque(maxlen=MAX_SUCCESSES)
         self.lock = threading.Lock()  # the copy (never held across a round trip)
         self.turn = threading.Lock()  # threads' sync steps, one at a time
         self.healthy: Callable[[float], bool] = self._healthy
@@ -262,6 +268,8 @@ class RedisTracker:
                 state = load(self.text) if self.text else OriginState()
                 self._count(state)
             before = (state.waiting, state.in_flight)
+            if self.unsent:
+                _merge_successes(state, self.unsent)
             result = step(state)
             delta = [state.waiting - before[0], state.in_flight - before[1]]
             self.mine = [self.mine[0] + delta[0], self.mine[1] + delta[1]]
@@ -457,7 +465,7 @@ class RedisTracker:
 
     def _note_success(self, now: float) -> None:
         if self.link.up:
-            self.state.succeeded(now)
+            self.unsent.append(now)
         else:
             self.fallback.note_success(now)
 
@@ -541,3 +549,19 @@ def redis_key(key: str, prefix: str = "smoothclient") -> str:
     origin, _, scope = key.partition(" ")
     tagged = f"{prefix}:{{{origin}}}"
     return f"{tagged}:{scope}" if scope else tagged
+
+
+def _merge_successes(state: OriginState, unsent: deque[float]) -> None:
+    """
+    Add ``unsent`` successes to ``state``'s, kept ascending (the rules bisect them).
+
+    They stay in ``unsent`` (a write that loses to another process's is taken again on what
+    that one wrote: popped, they were lost), so a time the state has already is not added
+    twice; those older than what a state keeps (:data:`~.codec.KEEP`) are dropped.
+    """
+    while unsent and unsent[0] < unsent[-1] - KEEP:
+        unsent.popleft()
+    have = set(state.successes)
+    mine = sorted(t for t in unsent if t not in have)
+    if mine:
+        state.successes = deque(heapq.merge(state.successes, mine), maxlen=MAX_SUCCESSES)

@@ -64,6 +64,7 @@ def run_outage(
     down: tuple[float, float] = (3.0, 8.0),
     end: float = 14.0,
     retry_after: float | None = None,
+    fail_share: float = 1.0,
     shared: bool = False,
     policy: Any = None,
     rtt: float = 0.005,
@@ -72,6 +73,7 @@ def run_outage(
     """
     Run the scenario; needs httpx and trio (the test extras).
 
+    ``fail_share``: the share of requests failed while down (1: an outage; 0.5: a brownout).
     ``shared``: the fleet's clients use one pacer (as processes sharing one store do).
     ``policy``: the clients' policy (default: ``RetryPolicy(attempts=4, timeout=10)``).
     """
@@ -86,6 +88,7 @@ def run_outage(
     chosen = policy or RetryPolicy(attempts=4, timeout=10.0)
     bucket = Gcra(rate=capacity, burst=max(1.0, capacity / 20))
     arrivals: list[float] = []
+    coin = random.Random(seed)
     failed = 0
     calls = 0
 
@@ -94,7 +97,7 @@ def run_outage(
         now = trio.current_time()
         arrivals.append(now)
         headers = {}
-        if down[0] <= now < down[1]:
+        if down[0] <= now < down[1] and (fail_share >= 1 or coin.random() < fail_share):
             status = 503
             if retry_after is not None:
                 headers["Retry-After"] = f"{retry_after:g}"

@@ -927,3 +927,17 @@ def test_an_answer_out_with_a_write_that_loses_a_race_stays_on_the_copy(
     assert len(tracker.deferred) == 1
     tracker.update(lambda o: None)
     assert b.track(ORIGIN).read(lambda o: (o.through, o.limit), fresh=True) == (11, 3.0)
+
+
+def test_plain_successes_of_every_process_reach_the_shared_state(server: RedisServer) -> None:
+    """Lock-free successes are written with the next step, even one that lost a race."""
+    a, b = fleet(server, 2)
+    ta, tb = a.track(ORIGIN), b.track(ORIGIN)
+    now = a.clock()
+    for i in range(20):
+        ta.note_success(now - 0.5 + i * 0.01)
+        tb.note_success(now - 0.5 + i * 0.01 + 0.005)
+    ta.observe(200, Hints(), now)
+    tb.observe(200, Hints(), now)
+    count = ta.read(lambda o: sum(1 for t in o.successes if t >= now - 0.6), fresh=True)
+    assert count >= 40

@@ -164,3 +164,32 @@ def test_a_fleet_does_not_bury_a_failing_server(retry_after: float | None, share
     assert result.load_during() <= 1.1
     assert result.peak_after() <= 1.2
     assert result.failed_share < 0.2
+
+
+def test_the_release_ends_once_it_holds_nobody_back() -> None:
+    """After a reopening, a release that cut nothing and held nobody for a while drops its pace."""
+    o = OriginState()
+    t = _served(o, 30, 1.0)
+    for i in range(DOWN_AFTER):
+        _fail(o, t + i * 0.05)
+    now = o.gate
+    acquire(o, S, now, now, None)
+    o.waiting, o.in_flight = 0, 1  # the probe went
+    learning.observe(o, S, 200, Hints(), now + 0.01, sent_at=now, counted=True)
+    assert o.pace.rate is not None
+    for _ in range(100):  # 3 s of successes at 33/s, nobody waiting
+        now += 0.03
+        learning.observe(o, S, 200, Hints(), now, sent_at=now, counted=False)
+    assert o.pace.rate is None
+    assert healthy(o, now)  # served as before the outage
+
+
+def test_a_brownout_keeps_its_origin_up_and_its_pace_off() -> None:
+    """Virtual time: half the requests fail for 10 s; afterwards the fleet sends what it offers."""
+    pytest.importorskip("trio")
+    from smoothclient.tools.outages import run_outage
+
+    result = run_outage(fail_share=0.5, down=(3.0, 13.0), end=16.0)
+    after = [t for t in result.arrivals if 13.5 <= t < 15.5]
+    assert len(after) / 2.0 >= 0.9 * result.offered
+    assert result.failed_share < 0.1
