@@ -106,13 +106,23 @@ class Ctx:
         return self.absolute(number / 1000)
 
     def retry_after(self, value: str) -> float | None:
-        """docs/headers.md R3: delay-seconds (a fraction allowed) or an HTTP-date (past: now)."""
-        if parse_number(value) is not None:
-            return self.reset(value)
+        """
+        docs/headers.md R3: delay-seconds (a fraction allowed) or an HTTP-date (past: now).
+
+        A valid delay beyond the horizon (R13) reads as the horizon: "not for a long while",
+        which a policy's ``max_retry_after`` answers at once, not a value to drop and retry
+        past in a tenth of a second.
+        """
+        number = parse_number(value)
+        if number is not None:
+            found = self.reset(value)
+            if found is None and HORIZON < number < 1e9:  # (larger: an epoch, read as one)
+                return HORIZON
+            return found
         when = parse_http_date(value, self.now)
         if when is None:
             return None
-        return min(max(0.0, when - self.ref), HORIZON) if when - self.ref <= HORIZON else None
+        return min(max(0.0, when - self.ref), HORIZON)
 
     def timing(self, name: str, parse: Callable[[str], float | None] | None = None) -> float | None:
         """docs/headers.md R5: the largest valid timing value among all values of a field."""

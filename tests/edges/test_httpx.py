@@ -652,3 +652,20 @@ async def test_a_timeout_error_of_the_inner_transport_is_not_taken_for_the_deadl
     async with httpx.AsyncClient(transport=transport) as client:
         with pytest.raises(TimeoutError, match="own"):
             await client.get(URL)
+
+
+def test_a_retry_after_beyond_a_year_is_answered_at_once() -> None:
+    """The server asks for more than max_retry_after: its answer comes back, not a quick retry."""
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(503, headers={"Retry-After": str(400 * 86400)})
+
+    transport = SmoothTransport(httpx.MockTransport(handler), pacer=Pacer(probe=0))
+    with httpx.Client(transport=transport) as client:
+        response = client.get("https://far.test/x")
+    assert response.status_code == 503
+    assert len(calls) == 1
+    record = response.extensions["smoothclient"]
+    assert "over max_retry_after" in record["gave_up"]

@@ -133,7 +133,8 @@ def test_bad_go_durations(text: str) -> None:
         ({"Retry-After": "Fri, 31 Dec 1999 23:59:59 GMT"}, 0.0),
         ({"Retry-After": "-5"}, None),
         ({"Retry-After": "120 (comment)"}, None),
-        ({"Retry-After": str(400 * 86400)}, None),  # beyond the horizon
+        ({"Retry-After": str(400 * 86400)}, 365 * 86400.0),  # beyond the horizon: "long"
+        ({"Retry-After": http_date(NOW + 400 * 86400)}, 365 * 86400.0),
         ({"Retry-After": "9" * 35}, None),
         ({"Retry-After": str(int(NOW + 40))}, 40.0),  # numeric above 1e9: epoch
         ({"retry-after-ms": "1500"}, 1.5),
