@@ -161,6 +161,7 @@ class Pacer:
             timeout=self.storage_timeout,
         )
         self.clock: Callable[[], float] = clock or store_clock
+        self._clock_given = clock  # (pickled: a Redis store's clock is its live link's)
         #: Whether the state lives outside this process (Redis): shared with other processes,
         #: and each step a round trip (async edges await them on their asyncio loop; on
         #: trio, in worker threads).
@@ -186,7 +187,17 @@ class Pacer:
         return f"<Pacer origins={len(self._store.keys())}>"
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickle the settings only: what the pacer learned belongs to the process that did."""
+        """
+        Pickle the settings only: what the pacer learned belongs to the process that did.
+
+        A pacer on a Redis client cannot be pickled (a live connection): build it from a URL.
+        """
+        if not (self.storage is None or isinstance(self.storage, str)):
+            msg = (
+                "a Pacer on a Redis client object cannot be pickled (its connection is live); "
+                "build it with storage='redis://...' to pickle it, or make one per process"
+            )
+            raise TypeError(msg)
         s = self.settings
         return {
             "max_origins": self.max_origins,
@@ -197,9 +208,9 @@ class Pacer:
             "scope": self.scope,
             "max_routes": self.max_routes,
             "max_scopes": self.max_scopes,
-            "storage": self.storage if isinstance(self.storage, str) else "memory://",
+            "storage": self.storage,
             "storage_timeout": self.storage_timeout,
-            "clock": self.clock if self.clock is not time.monotonic else None,
+            "clock": self._clock_given,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -941,3 +941,16 @@ def test_plain_successes_of_every_process_reach_the_shared_state(server: RedisSe
     tb.observe(200, Hints(), now)
     count = ta.read(lambda o: sum(1 for t in o.successes if t >= now - 0.6), fresh=True)
     assert count >= 40
+
+
+def test_a_redis_pacer_pickles_as_a_redis_pacer(server: RedisServer) -> None:
+    """From a URL it comes back on the same Redis; on a client object it says why it cannot."""
+    import pickle
+
+    import redis
+
+    back = pickle.loads(pickle.dumps(Pacer(storage=server.url)))
+    assert back.shared
+    assert back.storage == server.url
+    with pytest.raises(TypeError, match="storage='redis://"):
+        pickle.dumps(Pacer(storage=redis.Redis.from_url(server.url)))
