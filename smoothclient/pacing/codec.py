@@ -19,8 +19,10 @@ import bisect
 import dataclasses
 import itertools
 import json
+import logging
 import struct
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ..policy import RetryBudget
@@ -29,7 +31,9 @@ from .gcra import Gcra
 from .outage import Outage
 from .state import MAX_SUCCESSES, OriginState
 
-__all__ = ["dump", "load"]
+__all__ = ["clamped", "dump", "load"]
+
+log = logging.getLogger("smoothclient.pacing")
 
 _COUNTS = frozenset({"waiting", "in_flight"})
 _FIELDS = tuple(f.name for f in dataclasses.fields(OriginState) if f.name not in _COUNTS)
@@ -135,16 +139,77 @@ _LOADERS: dict[str, Any] = {
 }
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _checker(annotation: str) -> Callable[[Any], bool]:
+    """What a plain field (one without a loader) may hold, from its annotation."""
+    optional = annotation.endswith("| None")
+    base = annotation.removesuffix("| None").strip()
+    if base == "bool":
+        ok: Callable[[Any], bool] = lambda v: isinstance(v, bool)  # noqa: E731
+    elif base == "int":
+        ok = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    elif base == "Kind":
+        ok = lambda v: v in ("unknown", "bucket", "window")  # noqa: E731
+    else:  # float
+        ok = _number
+    return (lambda v: v is None or ok(v)) if optional else ok
+
+
+_CHECKS = {
+    f.name: _checker(str(f.type))
+    for f in dataclasses.fields(OriginState)
+    if f.name in _FIELDS and f.name not in _LOADERS
+}
+
+
 def load(text: str | bytes) -> OriginState:
-    """The state ``text`` holds (counts zero); a fresh state for anything unreadable."""
+    """
+    The state ``text`` holds (counts zero); a fresh state for anything unreadable.
+
+    What a shared store holds is input like a server's header (another version of the
+    library, an operator, a bug may have written it): every field is checked for its type,
+    and anything else makes the state a fresh one, logged at debug level, never an error.
+    """
     try:
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise TypeError("not an object")
         state = OriginState()
         for name in _FIELDS:
             if name in data:
                 value = data[name]
                 loader = _LOADERS.get(name)
-                setattr(state, name, loader(value) if loader else value)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+                if loader is not None:
+                    value = loader(value)
+                elif not _CHECKS[name](value):
+                    raise TypeError(f"{name}: {value!r:.40}")
+                setattr(state, name, value)
+        for name in ("cut", "exhausted", "ledger_set", "early_sent"):
+            held = getattr(state, name)
+            if held is not None and not all(v is None or _number(v) for v in held):
+                raise TypeError(f"{name}: {held!r:.40}")
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+        log.debug("a stored state that cannot be read is taken as a fresh one: %s", exc)
         return OriginState()
+    return state
+
+
+def clamped(state: OriginState, now: float, max_gate: float) -> OriginState:
+    """
+    ``state`` with no time further ahead than ``max_gate`` from ``now``.
+
+    A gate, a slot owed or a reset a store holds far in the future (written by a clock far
+    off, or by someone else) must not close an origin for longer than any server may.
+    """
+    latest = now + max_gate
+    state.gate = min(state.gate, latest)
+    state.pace.tat = min(state.pace.tat, latest)
+    if state.reset_at is not None:
+        state.reset_at = min(state.reset_at, latest)
+    b = state.outage
+    b.closed_until = min(b.closed_until, latest)
+    b.release_until = min(b.release_until, latest)
     return state

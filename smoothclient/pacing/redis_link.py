@@ -44,8 +44,24 @@ MAX_PAUSE = 10.0
 
 # KEYS[1]: the state's key.  ARGV: the version the caller read, the state, the cohort, the
 # expiry in ms.  Written only if nobody wrote since; else the current version, state, cohort.
-_SAVE = """
-local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+# What the key holds is input: a key of another type is replaced (it is in smoothclient's
+# own namespace), and a version that is not a whole number >= 0 reads as 0, so the next write
+# takes the key over (a version of 1.5 read back as 1 made every write lose, for ever).
+_VERSION = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'hash' and kind ~= 'none' then
+  if ARGV[2] then redis.call('DEL', KEYS[1]) end
+  kind = 'none'
+end
+local v = 0
+if kind == 'hash' then
+  v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
+  if v == nil or v < 0 or v ~= math.floor(v) or v > 2^52 then v = 0 end
+end
+"""
+_SAVE = (
+    _VERSION
+    + """
 local t = redis.call('TIME')
 if v ~= tonumber(ARGV[1]) then
   local cur = redis.call('HMGET', KEYS[1], 's', 'c')
@@ -56,11 +72,16 @@ redis.call('HSET', KEYS[1], 'v', v, 's', ARGV[2], 'c', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 return {1, v, '', '', t[1], t[2]}
 """
-_READ = """
-local cur = redis.call('HMGET', KEYS[1], 'v', 's', 'c')
+)
+_READ = (
+    _VERSION
+    + """
 local t = redis.call('TIME')
-return {tonumber(cur[1] or '0'), cur[2] or '', cur[3] or '', t[1], t[2]}
+if kind == 'none' then return {0, '', '', t[1], t[2]} end
+local cur = redis.call('HMGET', KEYS[1], 's', 'c')
+return {v, cur[1] or '', cur[2] or '', t[1], t[2]}
 """
+)
 
 
 class _Down(Exception):

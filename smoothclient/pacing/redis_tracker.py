@@ -23,7 +23,7 @@ from ..engine.decide import CohortView
 from ..hints.model import Hints
 from ..policy import RetryBudget
 from . import state as st
-from .codec import KEEP, dump, load
+from .codec import KEEP, clamped, dump, load
 from .redis_link import Link, _Down
 from .redis_steps import RedisSteps
 from .state import MAX_SUCCESSES, Admission, OriginState, OriginView, Settings
@@ -36,6 +36,8 @@ T = TypeVar("T")
 
 #: How long the fast lane trusts a process's copy of a healthy origin's state (seconds).
 TRUST = 0.1
+#: The most requests one process may say it has waiting or in flight (more is junk).
+MAX_COUNT = 1_000_000
 #: A process's cohort counts are dropped this long after it last wrote them (seconds).
 COHORT_TTL = 30.0
 #: Keys outlive the last time their state matters by this much (seconds).
@@ -127,7 +129,8 @@ class RedisTracker:
         """Take what the key holds as the copy (caller holds ``lock``)."""
         self.version = int(version)
         self.text = text.decode() if isinstance(text, bytes) else str(text or "")
-        self.state = load(self.text) if self.text else OriginState()
+        fresh = load(self.text) if self.text else OriginState()
+        self.state = clamped(fresh, now, self.settings.max_gate)
         self.epoch += 1
         self._replay()
         try:
@@ -143,6 +146,10 @@ class RedisTracker:
             and isinstance(entry, list)
             and len(entry) == 3
             and all(isinstance(n, int | float) and math.isfinite(n) for n in entry)
+            # (another's counts are input: none negative or absurd, none from the future)
+            and 0 <= entry[0] <= MAX_COUNT
+            and 0 <= entry[1] <= MAX_COUNT
+            and entry[2] <= now + COHORT_TTL
         }
         self._fade(now, force=True)
 
@@ -266,6 +273,7 @@ class RedisTracker:
                 state = self.state
             else:
                 state = load(self.text) if self.text else OriginState()
+                clamped(state, now, self.settings.max_gate)
                 self._count(state)
             before = (state.waiting, state.in_flight)
             if self.unsent:
