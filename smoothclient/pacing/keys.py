@@ -53,6 +53,10 @@ class LruMap(Generic[K, V]):
         #: lock-free, a dict read is atomic).
         self.peek: Callable[[K], V | None] = self._data.get
 
+    def forked(self) -> None:
+        """A fresh lock, in a child just forked (another thread may have held this one)."""
+        self._lock = threading.Lock()
+
     def __len__(self) -> int:
         """How many entries are kept."""
         return len(self._data)

@@ -280,6 +280,10 @@ class Link:
             with contextlib.suppress(_Down):  # if so, the wall clock stands in until Redis answers
                 self._step_clock()
 
+    def forked(self) -> None:
+        """In a child just forked: a fresh lock (redis-py makes its connections anew itself)."""
+        self._lock = threading.Lock()
+
     def _step_clock(self) -> None:
         """
         Set the clock by a few readings of ``TIME``: the offset that all of them allow.

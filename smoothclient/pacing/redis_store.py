@@ -63,7 +63,9 @@ the async edges take the same steps in worker threads with the sync client.
 from __future__ import annotations
 
 import dataclasses
+import os
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -114,16 +116,47 @@ class RedisStore:
         """Connect the store (never raises if Redis is down: it falls back at once)."""
         self.link = Link(client, timeout, loops=loops)
         self.fallback = MemoryStore(settings, max_keys=max_keys, max_scoped=max_scoped)
-        me = uuid.uuid4().hex[:12]
+        self.me = uuid.uuid4().hex[:12]  # this process, among the fleet's (new after a fork)
         fleet = dataclasses.replace(settings, shared=True)  # the fallback's is this process's
         self._map: LruMap[str, RedisTracker] = LruMap(
             max_keys + max_scoped,
-            lambda key: RedisTracker(key, fleet, self.link, self.fallback.tracker(key), me),
+            lambda key: RedisTracker(key, fleet, self.link, self.fallback.tracker(key), self.me),
         )
         self.peek: Callable[[str], RedisTracker | None] = self._map.peek
+        _STORES.add(self)
+
+    def forked(self) -> None:
+        """
+        In a child just forked: a process of its own in the fleet.
+
+        A pacer made before ``fork()`` (gunicorn ``--preload``, multiprocessing) gave every
+        child its parent's identity: the fleet counted fifteen children as one.  The child
+        gets a new one, its own counts (none yet), fresh locks (another thread may have held
+        one at the fork), and reads every key again.
+        """
+        self.me = uuid.uuid4().hex[:12]
+        self.link.forked()
+        self._map.forked()
+        for key in self._map.keys():  # noqa: SIM118 - an LruMap, not a dict
+            tracker = self._map.peek(key)
+            if tracker is not None:
+                tracker.forked(self.me)
 
     def tracker(self, key: str) -> RedisTracker:
         return self._map.get(key)
 
     def keys(self) -> list[str]:
         return self._map.keys()
+
+
+#: Every Redis store of this process, told when it forks (``os.register_at_fork``).
+_STORES: weakref.WeakSet[RedisStore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_STORES):
+        store.forked()
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

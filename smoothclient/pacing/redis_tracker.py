@@ -99,6 +99,18 @@ class RedisTracker:
         self.turn = threading.Lock()  # threads' sync steps, one at a time
         self.healthy: Callable[[float], bool] = self._healthy
 
+    def forked(self, me: str) -> None:
+        """In a child just forked: this process's identity ``me``, no counts, fresh locks."""
+        self.me = me
+        self.mine, self.written = [0, 0], [-1, -1]
+        self.others = {}
+        self.deferred = []
+        self.dirty = None
+        self.unsent.clear()
+        self.synced = -math.inf  # read the key again before trusting the copy
+        self.lock = threading.Lock()
+        self.turn = threading.Lock()
+
     @property
     def steps(self) -> RedisSteps:
         """The steps as generators of round trips (what the edges drive)."""

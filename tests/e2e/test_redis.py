@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import socket
 import threading
 import time
@@ -954,3 +955,30 @@ def test_a_redis_pacer_pickles_as_a_redis_pacer(server: RedisServer) -> None:
     assert back.storage == server.url
     with pytest.raises(TypeError, match="storage='redis://"):
         pickle.dumps(Pacer(storage=redis.Redis.from_url(server.url)))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_child_forked_from_a_redis_pacer_is_a_process_of_its_own(server: RedisServer) -> None:
+    """gunicorn --preload: the parent's pacer in a child counts as another process."""
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    touch(tracker)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one request waiting, from a process of its own
+        try:
+            child = pacer.track(ORIGIN)
+            now = pacer.clock()
+            child.acquire(now, not_before=now + 0.2, deadline=now + 5)
+            touch(child)
+            os.write(write, child.me.encode())  # type: ignore[attr-defined]
+        finally:
+            os._exit(0)
+    os.close(write)
+    child_me = os.read(read, 64).decode()
+    os.waitpid(pid, 0)
+    assert child_me
+    assert child_me != tracker.me  # type: ignore[attr-defined]
+    now = pacer.clock()
+    tracker.acquire(now, not_before=now + 0.2, deadline=now + 5)
+    assert pacer.view(ORIGIN).waiting == 2  # the child's and this process's, apart
