@@ -91,6 +91,8 @@ class CallRecord:
         retries: one entry per retry (its reason, backoff window and delay), as logged.
         waits: every wait, in order (backoff and the pacer's slots together).
         pacer_waits: the part of each wait the pacer imposed beyond the backoff delay.
+        held_for_outage: seconds of those waits spent held while the origin was down (it
+            failed every request: see ``docs/outages.md``), without sending.
         total_wait: seconds waited in all.
         gave_up: why the call gave up (``None``: it ended with a success or a final status).
         status: the final response's status (``None``: the call ended with an exception).
@@ -102,6 +104,7 @@ class CallRecord:
     pacer_waits: tuple[float, ...] = ()
     gave_up: str | None = None
     status: int | None = None
+    held_for_outage: float = 0.0
 
     @property
     def total_wait(self) -> float:
@@ -124,6 +127,7 @@ class CallRecord:
             "status": self.status,
             "retries": [entry.as_dict() for entry in self.retries],
             "pacer_waits": list(self.pacer_waits),
+            "held_for_outage": self.held_for_outage,
         }
 
     @classmethod
@@ -142,6 +146,7 @@ class CallRecord:
             pacer_waits=tuple(float(w) for w in data.get("pacer_waits", ())),
             gave_up=data.get("gave_up"),
             status=data.get("status"),
+            held_for_outage=float(data.get("held_for_outage", 0.0)),
         )
 
 
@@ -170,6 +175,7 @@ class RecordBuilder:
     pacer_waits: list[float] = field(default_factory=list)
     gave_up: str | None = None
     status: int | None = None
+    held_for_outage: float = 0.0
 
     def freeze(self) -> CallRecord:
         """The record as it stands."""
@@ -180,6 +186,7 @@ class RecordBuilder:
             tuple(self.pacer_waits),
             self.gave_up,
             self.status,
+            self.held_for_outage,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -208,4 +215,5 @@ def first_attempt_record(status: int | None = None) -> dict[str, Any]:
         "status": status,
         "retries": [],
         "pacer_waits": [],
+        "held_for_outage": 0.0,
     }

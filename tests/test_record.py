@@ -112,3 +112,20 @@ def test_a_record_round_trips_through_its_dict() -> None:
     old = CallRecord.from_dict({"attempts": 2, "reasons": ["status 503"], "waits": [0.1]})
     assert old.reasons == ["status 503"]
     assert old.total_wait == pytest.approx(0.1)
+
+
+def test_a_call_held_for_an_outage_says_so(clock: FakeClock) -> None:
+    """The record counts the time held while the origin was down; the retry's reason says it."""
+    pacer = Pacer(clock=clock, probe=0)
+    tracker = pacer.track("https://api.test:443")
+    for _ in range(12):  # the origin fails every request for a while: down
+        tracker.observe(503, Hints(), clock(), counted=False)
+        clock.sleep(0.05)
+    with client(clock, [503, 200], pacer) as c:
+        response = c.get(URL)
+    record = record_of(response)
+    assert record is not None
+    assert record.status == 200
+    assert record.held_for_outage > 0
+    assert any("held for an outage" in reason for reason in record.reasons)
+    assert CallRecord.from_dict(record.as_dict()) == record

@@ -14,6 +14,7 @@ an async edge on asyncio awaits them on its loop (:func:`drive_async`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import random
@@ -264,9 +265,11 @@ class CallFlow:
                 return self._refused(admission.delay, now, deadline, down)
             if admission.final:
                 break
+            yield from self._held(admission.delay, now)
             yield self._sleep(admission.delay)
         if admission.delay > 0:
             try:
+                yield from self._held(admission.delay, now)
                 yield self._sleep(admission.delay)
             except BaseException:
                 self.tracker.cancel()
@@ -274,6 +277,20 @@ class CallFlow:
         waited = admission.delay + (now - began)
         if waited > backoff + 1e-9:  # the pacer held it longer than the backoff did
             self.record.pacer_waits.append(waited - backoff)
+        return True
+
+    def _held(self, delay: float, now: float, tracker: Tracker | None = None) -> Steps[bool]:
+        """Count a wait as held for an outage when the origin is down; whether it is."""
+        down = yield from stepwise(tracker or self.tracker).read(outage.down_for(now))
+        if down is None:
+            return False
+        self.record.held_for_outage += delay
+        log.debug(
+            "%s: held %.3f s for an outage (every request failed for %.3g s)",
+            self.describe,
+            delay,
+            down,
+        )
         return True
 
     def _refused(
@@ -331,6 +348,10 @@ class CallFlow:
             and not (yield from stepwise(tracker).try_retry(budget, now))
         ):
             return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome
+        if isinstance(decision, Retry) and (yield from self._held(decision.delay, now, tracker)):
+            decision = dataclasses.replace(
+                decision, reason=f"{decision.reason}; held for an outage (probes, not retries)"
+            )
         return decision, outcome
 
 

@@ -76,6 +76,7 @@ class OpenTelemetryHooks(Hooks):
             "smoothclient.attempts": record.attempts,
             "smoothclient.total_wait_s": record.total_wait,
             "smoothclient.pacer_wait_s": float(sum(record.pacer_waits)),
+            "smoothclient.held_for_outage_s": record.held_for_outage,
         }
         if ended.status is not None:
             attributes["http.response.status_code"] = ended.status

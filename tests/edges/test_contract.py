@@ -183,6 +183,7 @@ def test_a_success_ends_the_call_at_once(edge: Call) -> None:
         "status": 200,
         "retries": [],
         "pacer_waits": [],
+        "held_for_outage": 0.0,
     }
 
 

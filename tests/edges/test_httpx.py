@@ -512,6 +512,7 @@ def test_errors_no_policy_retries_end_on_the_fast_lane(clock: FakeClock, paced: 
                 "status": status,
                 "retries": [],
                 "pacer_waits": [],
+                "held_for_outage": 0.0,
             }
     assert clock.sleeps == []
     view = pacer.view("https://api.test:443")
