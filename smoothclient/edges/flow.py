@@ -356,9 +356,19 @@ class CallFlow:
 
 
 def _asked_for(outcome: Outcome) -> bool:
-    """A retry the server asked for (429, ``Retry-After``, a spent quota): paced, not budgeted."""
+    """
+    A retry that costs the server nothing to budget for.
+
+    One it asked for (429, ``Retry-After``, a spent quota: paced), or one of a request that
+    never left the client's own connection pool.
+    """
     hints = outcome.hints
-    return outcome.status == 429 or hints.retry_after is not None or hints.exhausted
+    return (
+        outcome.status == 429
+        or hints.retry_after is not None
+        or hints.exhausted
+        or outcome.error == "pool"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _KINDS: tuple[tuple[type[Exception], ErrorKind], ...] = (
     (httpx.ConnectError, "connect"),
     (httpx.ConnectTimeout, "connect"),
-    (httpx.PoolTimeout, "connect"),
+    (httpx.PoolTimeout, "pool"),
     (httpx.TimeoutException, "timeout"),
     (httpx.ReadError, "read"),
     (httpx.WriteError, "write"),

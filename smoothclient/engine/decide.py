@@ -42,7 +42,9 @@ __all__ = [
     "retryable_status",
 ]
 
-ErrorKind = Literal["connect", "timeout", "read", "write", "protocol", "other", "result"]
+#: ``"pool"``: the client's own connection pool had none free in time (never sent; says
+#: nothing of the server).
+ErrorKind = Literal["connect", "pool", "timeout", "read", "write", "protocol", "other", "result"]
 _NO_HINTS = Hints()
 
 

@@ -25,6 +25,11 @@ class BudgetCounts:
 
     def _bucket(self, now: float) -> list[float]:
         second = math.floor(now)
+        if self.buckets and second < self.buckets[-1][0]:
+            # a time older than the newest second (an attempt counted at when it was sent,
+            # after others): counted in the newest, so the buckets stay in order (appended
+            # out of order, they grew without end and the budget read as spent)
+            second = int(self.buckets[-1][0])
         horizon = second - self.budget.window
         while self.buckets and self.buckets[0][0] <= horizon:
             self.buckets.popleft()

@@ -39,6 +39,8 @@ T = TypeVar("T")
 TIMEOUT = 0.05
 #: At most this many readings of the server's ``TIME`` set the fleet's clock at first.
 CLOCK_READINGS = 4
+#: Connections each event loop's ``redis.asyncio`` client keeps at most (tasks beyond wait).
+ASYNC_CONNECTIONS = 64
 #: The longest pause before Redis is asked again after failed probes (seconds; jittered).
 MAX_PAUSE = 10.0
 
@@ -112,7 +114,15 @@ def _async_like(client: Any, timeout: float) -> Any:
     # or the reply read ("Timeout connecting to server" at a herd's start)
     name, kwargs = _portable(client.connection_pool, max(1.0, 10 * timeout))
     cls = getattr(redis.asyncio.connection, name, redis.asyncio.connection.Connection)
-    pool = redis.asyncio.ConnectionPool(connection_class=cls, retry=Retry(NoBackoff(), 0), **kwargs)
+    # a task that finds every connection taken waits for one (within the step's bound),
+    # rather than failing at once: a busy pool is load, not an outage
+    pool = redis.asyncio.BlockingConnectionPool(
+        connection_class=cls,
+        retry=Retry(NoBackoff(), 0),
+        max_connections=ASYNC_CONNECTIONS,
+        timeout=max(1.0, 10 * timeout),
+        **kwargs,
+    )
     return redis.asyncio.Redis(connection_pool=pool)
 
 
@@ -384,6 +394,19 @@ class Link:
 
     def _failed(self, exc: Exception) -> None:
         """
+        A round trip failed: an outage of Redis, or load it is not (see :func:`busy`).
+
+        Load (no connection free in time, a reply about one key) costs that step alone: it is
+        taken in this process's memory, and the next goes to Redis again; an outage pauses
+        every step (:meth:`_paused`).
+        """
+        if busy(exc):
+            log.debug("Redis busy (%s): this step from this process's memory", _name(exc))
+            return
+        self._paused(exc)
+
+    def _paused(self, exc: Exception) -> None:
+        """
         A round trip failed: Redis is not asked for a jittered pause, longer each probe.
 
         The trips in flight when Redis went away fail together (a herd's tasks and threads):
@@ -420,6 +443,23 @@ class Link:
             self.down_until = -math.inf
         if since is not None:
             log.warning("Redis is back after %.1f s; pacing from it again", now - since)
+
+
+#: Errors that say Redis is there but busy, or that one key is in trouble: not an outage.
+_BUSY = frozenset({"MaxConnectionsError", "ResponseError", "NoScriptError", "WatchError"})
+
+
+def busy(exc: BaseException) -> bool:
+    """
+    Whether a failed round trip is load or one key's trouble rather than Redis gone.
+
+    500 asyncio tasks on one pacer emptied redis-py's pool of 100 connections; read as an
+    outage, the fleet paced from memory and sent twenty times the 429s.  A reply of Redis
+    about a key (a key of another type) said Redis was up, and paused every origin.
+    """
+    if any(cls.__name__ in _BUSY for cls in type(exc).__mro__):
+        return True
+    return "No connection available" in str(exc)  # a blocking pool's wait ran out
 
 
 def _name(exc: BaseException) -> str:

@@ -54,7 +54,7 @@ WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300
 #: The values of the retries' ``reason`` label.
 REASONS = ("rate_limited", "server_error", "status", "transport", "result", "error")
 #: The engine's error kinds (``"connect error"``...) that are failures of the transport.
-_TRANSPORT_KINDS = frozenset({"connect", "timeout", "read", "write", "protocol"})
+_TRANSPORT_KINDS = frozenset({"connect", "pool", "timeout", "read", "write", "protocol"})
 
 
 def status_class(status: int | None) -> str:

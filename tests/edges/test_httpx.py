@@ -670,3 +670,27 @@ def test_a_retry_after_beyond_a_year_is_answered_at_once() -> None:
     assert len(calls) == 1
     record = response.extensions["smoothclient"]
     assert "over max_retry_after" in record["gave_up"]
+
+
+def test_a_pool_timeout_is_retried_without_budget_or_outage() -> None:
+    """The client's own pool had no connection free: nothing reached the server."""
+    calls: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) <= 20:
+            raise httpx.PoolTimeout("no connection free", request=request)
+        return httpx.Response(200)
+
+    pacer = Pacer(probe=0)
+    policy = RetryPolicy(
+        attempts=30,
+        wait_initial=0.0,
+        wait_max=0.0,
+        budget=RetryBudget(ratio=0.0, min_per_second=0.0),
+    )
+    transport = SmoothTransport(httpx.MockTransport(handler), policy=policy, pacer=pacer)
+    with httpx.Client(transport=transport) as client:
+        response = client.get("https://pool.test/x")
+    assert response.status_code == 200  # a budget of nothing spent nothing on them
+    assert pacer.view("https://pool.test:443").down_for is None  # no outage's evidence

@@ -17,3 +17,15 @@ def test_budget_counts() -> None:
     counts.record_request(20.0)
     floor = BudgetCounts(RetryBudget(ratio=0.0, min_per_second=1.0, window=5))
     assert sum(floor.try_retry(0.0) for _ in range(10)) == 5
+
+
+def test_late_times_keep_the_buckets_in_order() -> None:
+    """An attempt counted at when it was sent, after newer ones, never breaks the window."""
+    counts = BudgetCounts(RetryBudget(ratio=0.5, min_per_second=0.0, window=10.0))
+    for i in range(200):
+        counts.record_request(100.0 + i * 0.05)
+        counts.record_request(92.0)  # sent long before, counted now
+    seconds = [b[0] for b in counts.buckets]
+    assert seconds == sorted(seconds)
+    assert len(seconds) <= 11
+    assert counts.try_retry(110.0)
