@@ -73,6 +73,11 @@ class LruMap(Generic[K, V]):
                 self._data.move_to_end(key)
             return value
 
+    def pop(self, key: K) -> None:
+        """Forget ``key`` (nothing if it is not kept)."""
+        with self._lock:
+            self._data.pop(key, None)
+
     def put(self, key: K, value: V) -> None:
         """Set ``key`` to ``value``, marked most recently used."""
         with self._lock:

@@ -169,7 +169,10 @@ class Pacer:
         self._books: LruMap[str, OriginScopes] = LruMap(
             self.max_origins,
             lambda origin: OriginScopes(
-                functools.partial(self._scope_tracker, origin), self.max_routes, self.max_scopes
+                functools.partial(self._scope_tracker, origin),
+                self.max_routes,
+                self.max_scopes,
+                functools.partial(self._forget_scope, origin),
             ),
         )
         #: The tracker of an origin if it has state (the fast lane's cheap look; no lock).
@@ -302,6 +305,9 @@ class Pacer:
             lambda o: o.routes.get(route) if o.routes else None
         )
         return told
+
+    def _forget_scope(self, origin: str, scope: str) -> None:
+        self._store.forget(scope_key(origin, scope))
 
     def _scope_tracker(self, origin: str, scope: str) -> Tracker:
         return self._store.tracker(scope_key(origin, scope))

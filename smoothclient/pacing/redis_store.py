@@ -148,6 +148,11 @@ class RedisStore:
     def keys(self) -> list[str]:
         return self._map.keys()
 
+    def forget(self, key: str) -> None:
+        """Drop this process's copy of ``key`` (its key in Redis expires on its own)."""
+        self._map.pop(key)
+        self.fallback.forget(key)
+
 
 #: Every Redis store of this process, told when it forks (``os.register_at_fork``).
 _STORES: weakref.WeakSet[RedisStore] = weakref.WeakSet()

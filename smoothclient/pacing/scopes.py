@@ -202,18 +202,25 @@ class OriginScopes:
     route's learned scopes is made once and shared by its requests (:meth:`bound`).
     """
 
-    __slots__ = ("_bound", "_lock", "_make", "_trackers", "max_scopes", "routes")
+    __slots__ = ("_bound", "_drop", "_lock", "_make", "_trackers", "max_scopes", "routes")
 
     def __init__(
         self,
         make: Callable[[str], Tracker],
         max_routes: int = MAX_ROUTES,
         max_scopes: int = MAX_SCOPES,
+        drop: Callable[[str], None] | None = None,
     ) -> None:
-        """Trackers from ``make(name)``; at most ``max_routes`` routes, ``max_scopes`` scopes."""
+        """
+        Trackers from ``make(name)``; at most ``max_routes`` routes, ``max_scopes`` scopes.
+
+        ``drop(name)``: a scope forgotten here is forgotten by the store too (a server naming
+        a new scope on every response kept a tracker per name there: megabytes).
+        """
         self.routes: LruMap[str, Pairs] = LruMap(max_routes, lambda _: ())
         self.max_scopes = max_scopes
         self._make = make
+        self._drop = drop
         self._trackers: OrderedDict[str, Tracker] = OrderedDict()
         self._lock = threading.Lock()
         self._bound: dict[tuple[str, bool], Bound] = {}
@@ -244,7 +251,9 @@ class OriginScopes:
                 if tracker is None:
                     tracker = self._trackers[name] = self._make(name)
                     while len(self._trackers) > self.max_scopes:
-                        self._trackers.popitem(last=False)
+                        gone, _ = self._trackers.popitem(last=False)
+                        if self._drop is not None:
+                            self._drop(gone)
                 else:
                     self._trackers.move_to_end(name)
                 found.append((name, tracker))

@@ -363,6 +363,9 @@ class Store(Protocol):
     def keys(self) -> list[str]:
         """The keys whose state is kept, least recently used first."""
 
+    def forget(self, key: str) -> None:
+        """Drop ``key``'s state kept here (a scope its origin no longer names)."""
+
 
 class MemoryTracker:
     """A :class:`Tracker` over state in this process, guarded by a lock of its own."""
@@ -478,3 +481,6 @@ class MemoryStore:
 
     def keys(self) -> list[str]:
         return self._map.keys() + self._scoped.keys()
+
+    def forget(self, key: str) -> None:
+        (self._scoped if " " in key else self._map).pop(key)

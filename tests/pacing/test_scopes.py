@@ -298,3 +298,18 @@ def test_a_route_with_one_scope_releases_every_tracker_that_counted_it(
     assert (origin.in_flight, scope.in_flight) == (0, 0)
     assert scope.remaining == 7
     assert origin.remaining is None  # the scope's quota is not the host's
+
+
+def test_a_scope_forgotten_by_its_origin_is_forgotten_by_the_store() -> None:
+    """A server naming a new scope on every response keeps the store bounded by max_scopes."""
+    pacer = Pacer(probe=0, max_scopes=4)
+    book = pacer.scope_book
+    origin = "https://named.test:443"
+    pacer.track(origin)
+    for i in range(50):
+        pacer._books.get(origin).pairs((f"scope-{i}",))
+    assert book(origin) is not None
+    stored = pacer._store.keys()
+    scoped = [key for key in stored if key.startswith(origin + " ")]
+    assert len(scoped) == 4
+    assert set(pacer.scopes(origin)) == {f"scope-{i}" for i in range(46, 50)}
