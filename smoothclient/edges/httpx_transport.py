@@ -182,11 +182,16 @@ def _route(request: httpx.Request) -> tuple[str, str]:
 
 
 def _replayable(request: httpx.Request) -> bool:
-    """A request whose body is in memory can be sent again; a streaming generator cannot."""
+    """
+    A request whose body is in memory can be sent again; a streaming generator cannot.
+
+    A body of bytes (``httpx.ByteStream``) is in memory even when unread: httpx builds a
+    redirect's request that way, and a GET redirected to a 503 was refused its retries.
+    """
     try:
         request.content  # noqa: B018 - raises RequestNotRead for streaming bodies
     except httpx.RequestNotRead:
-        return False
+        return isinstance(request.stream, httpx.ByteStream)
     return True
 
 

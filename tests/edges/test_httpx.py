@@ -694,3 +694,22 @@ def test_a_pool_timeout_is_retried_without_budget_or_outage() -> None:
         response = client.get("https://pool.test/x")
     assert response.status_code == 200  # a budget of nothing spent nothing on them
     assert pacer.view("https://pool.test:443").down_for is None  # no outage's evidence
+
+
+def test_a_redirect_to_a_503_is_retried_by_a_transport_that_never_reads_the_body() -> None:
+    """httpx builds a redirect's request with an unread body of bytes: it can be sent again."""
+    answers = iter([302, 503, 200])
+    sent: list[str] = []
+
+    class Raw(httpx.BaseTransport):  # like HTTPTransport: streams the body, never reads it
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request.url.path)
+            status = next(answers)
+            headers = {"Location": "/b"} if status == 302 else {}
+            return httpx.Response(status, headers=headers)
+
+    transport = SmoothTransport(Raw(), policy=RetryPolicy(wait_initial=0.0, wait_max=0.0))
+    with httpx.Client(transport=transport, follow_redirects=True) as client:
+        response = client.get("https://moved.test/a")
+    assert response.status_code == 200
+    assert sent == ["/a", "/b", "/b"]
