@@ -85,7 +85,7 @@ class EdgeCore:
         scope: the edge's scope function (overrides the pacer's).
     """
 
-    __slots__ = ("_access", "bind", "lane", "offload", "pacer", "policy", "rng")
+    __slots__ = ("_access", "bind", "lane", "offload", "overrides", "pacer", "policy", "rng")
 
     def __init__(
         self,
@@ -96,12 +96,20 @@ class EdgeCore:
         route_of: Callable[[Any], tuple[str, str]] | None = None,
         scope: object = None,
         fields: Mapping[str, Any] | None = None,
+        overrides: bool | None = None,
     ) -> None:
         """
         Validate ``policy`` and ``pacer`` and fill in the defaults.
 
         ``fields``: policy fields given as keywords (``attempts=3``), applied over ``policy``.
+        ``overrides``: whether :func:`~smoothclient.override_policy` blocks change this edge's
+        calls; default: only when it was given no policy of its own (an SDK's transport keeps
+        the policy its author chose, whatever an application's block says).
         """
+        if overrides is not None and not isinstance(overrides, bool):
+            msg = f"overrides must be True, False or None, not {overrides!r}"
+            raise TypeError(msg)
+        self.overrides = (policy is None and not fields) if overrides is None else overrides
         if policy is not None and not isinstance(policy, RetryPolicy):
             msg = f"policy must be a RetryPolicy, not {type(policy).__name__}"
             raise TypeError(msg)
@@ -128,10 +136,11 @@ class EdgeCore:
         """
         This core, or one with the policy the current overrides give.
 
-        The fields of :func:`~smoothclient.override_policy`, then ``extra`` (a request's own:
+        The fields of :func:`~smoothclient.override_policy` (if this edge takes them), then
+        ``extra`` (a request's own:
         a RetryPolicy, or a mapping of its fields) over this core's policy.
         """
-        fields = overrides()
+        fields = overrides() if self.overrides else None
         if fields is None and extra is None:
             return self  # the common case
         policy = with_fields(self.policy, fields) if fields else self.policy

@@ -242,8 +242,9 @@ class _Base(Edge):
         rng: random.Random | None,
         scope: ScopeFn | None,
         fields: dict[str, Any],
+        overrides: bool | None = None,
     ) -> None:
-        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope, fields)
+        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope, fields, overrides)
 
     @staticmethod
     def _origin(request: httpx.Request) -> str:
@@ -272,6 +273,8 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         sleep: how to wait (default ``time.sleep``; tests pass a fake clock's ``sleep``).
         scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
             :class:`~smoothclient.ScopeRules`).
+        overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
+            (default: only when it was given no policy or policy fields of its own).
         **policy_fields: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied
             over ``policy``.
     """
@@ -285,11 +288,12 @@ class SmoothTransport(_Base, httpx.BaseTransport):
         rng: random.Random | None = None,
         sleep: Callable[[float], object] = time.sleep,
         scope: ScopeFn | None = None,
+        overrides: bool | None = None,
         **policy_fields: Any,
     ) -> None:
         """Wrap ``transport``."""
         _check_inner(transport, httpx.BaseTransport, "SmoothTransport", "AsyncSmoothTransport")
-        super().__init__(policy, pacer, rng, scope, policy_fields)
+        super().__init__(policy, pacer, rng, scope, policy_fields, overrides)
         self.transport = transport if transport is not None else httpx.HTTPTransport()
         self._sleep = sleep
         #: whether an attempt in progress is cut at the deadline (a stock transport's is)
@@ -363,6 +367,8 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         rng: randomness for jitter.
         sleep: an async sleep (default ``anyio.sleep``, which follows the running event loop).
         scope: which quota scopes a request belongs to (overrides the pacer's ``scope``).
+        overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
+            (default: only when it was given no policy or policy fields of its own).
         **policy_fields: :class:`~smoothclient.RetryPolicy` fields, applied over ``policy``.
     """
 
@@ -375,11 +381,12 @@ class AsyncSmoothTransport(_Base, httpx.AsyncBaseTransport):
         rng: random.Random | None = None,
         sleep: Callable[[float], Any] = _anyio_sleep,
         scope: ScopeFn | None = None,
+        overrides: bool | None = None,
         **policy_fields: Any,
     ) -> None:
         """Wrap ``transport``."""
         _check_inner(transport, httpx.AsyncBaseTransport, "AsyncSmoothTransport", "SmoothTransport")
-        super().__init__(policy, pacer, rng, scope, policy_fields)
+        super().__init__(policy, pacer, rng, scope, policy_fields, overrides)
         self.transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._sleep = sleep
 

@@ -234,6 +234,8 @@ class SmoothAdapter(Edge, HTTPAdapter):
         sleep: how to wait (default ``time.sleep``).
         scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
             :class:`~smoothclient.ScopeRules`).
+        overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
+            (default: only when it was given no policy or policy fields of its own).
         **kwargs: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied over
             ``policy``; the rest go to ``HTTPAdapter`` (``pool_connections``,
             ``pool_maxsize``, ``pool_block``); ``max_retries`` is refused.
@@ -247,6 +249,7 @@ class SmoothAdapter(Edge, HTTPAdapter):
         rng: random.Random | None = None,
         sleep: Callable[[float], object] = time.sleep,
         scope: ScopeFn | None = None,
+        overrides: bool | None = None,
         **http_adapter_kwargs: Any,
     ) -> None:
         """Create the adapter."""
@@ -261,7 +264,7 @@ class SmoothAdapter(Edge, HTTPAdapter):
                 f"HTTPAdapter's {sorted(_ADAPTER_ARGS)}"
             )
             raise TypeError(msg)
-        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope, fields)
+        self._core = EdgeCore(policy, pacer, rng, HEADER_ACCESS, _route, scope, fields, overrides)
         self._sleep = sleep
         super().__init__(max_retries=_NO_RETRIES, **http_adapter_kwargs)
 

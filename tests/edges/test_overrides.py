@@ -37,6 +37,7 @@ def sync_client(clock: FakeClock) -> httpx.Client:
         policy=RetryPolicy(attempts=4, wait_initial=0.01),
         pacer=Pacer(clock=clock, probe=0),
         sleep=clock.sleep,
+        overrides=True,  # its own policy, and the blocks' words over it
     )
     return httpx.Client(transport=transport)
 
@@ -96,6 +97,7 @@ def test_override_policy_on_async_tasks_and_requests(clock: FakeClock) -> None:
             policy=RetryPolicy(attempts=4, wait_initial=0.01),
             pacer=Pacer(clock=clock, probe=0),
             sleep=clock.async_sleep,
+            overrides=True,
         )
         found: list[int] = []
         async with httpx.AsyncClient(transport=transport) as client:
@@ -113,7 +115,10 @@ def test_override_policy_on_async_tasks_and_requests(clock: FakeClock) -> None:
     assert anyio.run(main) == [1, 2]
 
     with requests.Session() as session:
-        session.mount("https://", _Adapter(attempts=4, wait_initial=0.01, sleep=clock.sleep))
+        session.mount(
+            "https://",
+            _Adapter(attempts=4, wait_initial=0.01, sleep=clock.sleep, overrides=True),
+        )
         with override_policy(attempts=1):
             response = session.get(URL)
         assert response.smoothclient["attempts"] == 1  # type: ignore[attr-defined]
@@ -138,3 +143,26 @@ class _Answers503(HTTPAdapter):
 
 class _Adapter(SmoothAdapter, _Answers503):
     pass
+
+
+def test_an_edge_with_a_policy_of_its_own_keeps_it_unless_it_opts_in(clock: FakeClock) -> None:
+    """An SDK's transport keeps its author's policy; one built on the defaults takes blocks."""
+
+    def built(**kwargs: Any) -> httpx.Client:
+        transport = SmoothTransport(
+            httpx.MockTransport(failing),
+            pacer=Pacer(clock=clock, probe=0),
+            sleep=clock.sleep,
+            **kwargs,
+        )
+        return httpx.Client(transport=transport)
+
+    with override_policy(attempts=1):
+        with built(policy=RetryPolicy(attempts=3, wait_initial=0.01)) as sdk:
+            assert sdk.get(URL).extensions["smoothclient"]["attempts"] == 3
+        with built(attempts=2, wait_initial=0.01) as fields:
+            assert fields.get(URL).extensions["smoothclient"]["attempts"] == 2
+        with built() as app:
+            assert app.get(URL).extensions["smoothclient"]["attempts"] == 1
+    with pytest.raises(TypeError, match="overrides"):
+        SmoothTransport(httpx.MockTransport(failing), overrides="yes")  # type: ignore[arg-type]
