@@ -205,11 +205,39 @@ DEFAULT_POLICY = RetryPolicy()
 POLICY_FIELDS = frozenset(f.name for f in dataclasses.fields(RetryPolicy))
 
 
+#: Names other retry libraries use, and what to write here instead.
+_OTHER_NAMES: dict[str, str] = {
+    "retries": "attempts= counts every attempt, the first included (retries=3 is attempts=4)",
+    "max_retries": "attempts= counts every attempt, the first included (max_retries=3 is "
+    "attempts=4); an SDK's own max_retries is best set to 0 so retries do not multiply",
+    "total": "attempts= counts every attempt, the first included (total=3 is attempts=4)",
+    "stop_after_attempt": "attempts=",
+    "backoff_factor": "wait_initial= (the first backoff window, in seconds)",
+    "backoff_max": "wait_max=",
+    "backoff_jitter": "jitter= ('full', 'equal', 'decorrelated' or 'none')",
+    "status_forcelist": "retry_statuses=",
+    "allowed_methods": "retry_methods=",
+    "respect_retry_after_header": "respect_retry_after=",
+    "total_timeout": "timeout= (the whole call, waits included)",
+    "max_time": "timeout= (the whole call, waits included)",
+    "on": "@retry(on=...) for functions; an edge retries statuses (retry_statuses=) and "
+    "transport errors (retry_on_errors=)",
+}
+for _name in ("verify", "cert", "http2", "http1", "limits", "proxy", "proxies", "trust_env"):
+    _OTHER_NAMES[_name] = (
+        "a connection option: give it to the transport that really sends, e.g. "
+        f"SmoothTransport(httpx.HTTPTransport({_name}=...))"
+    )
+
+
 def with_fields(policy: RetryPolicy, fields: Mapping[str, Any]) -> RetryPolicy:
     """``policy`` with ``fields`` (RetryPolicy fields by name) applied and validated."""
     unknown = sorted(set(fields) - POLICY_FIELDS)
     if unknown:
+        hints = [f"{name}: {_OTHER_NAMES[name]}" for name in unknown if name in _OTHER_NAMES]
         msg = f"unknown arguments {unknown}: the RetryPolicy fields are {sorted(POLICY_FIELDS)}"
+        if hints:
+            msg += ". " + "; ".join(hints)
         raise TypeError(msg)
     return policy.replace(**fields)
 

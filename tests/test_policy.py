@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import timedelta
 
 import pytest
@@ -74,3 +75,22 @@ def test_budget_validation() -> None:
         RetryBudget(ratio=1.5)
     with pytest.raises(ValueError, match="window"):
         RetryBudget(window=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("retries", "retries=3 is attempts=4"),
+        ("max_retries", "max_retries=3 is attempts=4"),
+        ("status_forcelist", "retry_statuses="),
+        ("backoff_factor", "wait_initial="),
+        ("verify", "HTTPTransport(verify=...)"),
+        ("http2", "HTTPTransport(http2=...)"),
+    ],
+)
+def test_names_of_other_libraries_get_a_tailored_error(name: str, says: str) -> None:
+    """A name another retry library uses says what to write here instead."""
+    from smoothclient.policy import with_fields
+
+    with pytest.raises(TypeError, match=re.escape(says)):
+        with_fields(DEFAULT_POLICY, {name: 1})
