@@ -34,7 +34,7 @@ from cachetools.keys import hashkey
 
 from ._validate import fraction, optional_seconds, seconds
 
-__all__ = ["CacheInfo", "JitteredTTLCache", "cached"]
+__all__ = ["CacheInfo", "JitteredTTLCache", "cache_info", "cached"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -522,3 +522,28 @@ def cached(
         return cast(F, wrapper)
 
     return decorate
+
+
+def cache_info(fn: Callable[..., Any]) -> CacheInfo:
+    """
+    The hits, misses and size of a function decorated with ``@cached(..., info=True)``.
+
+    Typed access (``fn.cache_info()`` is there too, but a type checker does not know it):
+
+    >>> from smoothclient import JitteredTTLCache, cached
+    >>> from smoothclient.cache import cache_info
+    >>> @cached(JitteredTTLCache(maxsize=8, ttl=60), info=True)
+    ... def double(x: int) -> int:
+    ...     return 2 * x
+    >>> double(2)
+    4
+    >>> cache_info(double).misses
+    1
+    """
+    found = getattr(fn, "cache_info", None)
+    if found is None:
+        name = getattr(fn, "__qualname__", fn)
+        msg = f"{name!r} keeps no cache info: decorate it with @cached(..., info=True)"
+        raise TypeError(msg)
+    info: CacheInfo = found()
+    return info

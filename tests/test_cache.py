@@ -504,3 +504,18 @@ def test_other_tasks_still_share_one_load_while_it_awaits_itself() -> None:
 
     assert asyncio.run(main()) == [3] * 8
     assert loads == 1
+
+
+def test_cache_info_is_typed_and_refuses_a_function_without_it() -> None:
+    """``cache_info(fn)`` reads what ``@cached(..., info=True)`` keeps; a plain one is refused."""
+    from smoothclient.cache import cache_info
+
+    @cached(JitteredTTLCache(maxsize=8, ttl=60), info=True)
+    def double(x: int) -> int:
+        return 2 * x
+
+    double(1)
+    double(1)
+    assert (cache_info(double).hits, cache_info(double).misses) == (1, 1)
+    with pytest.raises(TypeError, match="info=True"):
+        cache_info(lambda: None)
