@@ -158,9 +158,15 @@ class EdgeCore:
         core.lane = FastLane(self.pacer, policy, self._access, self.bind)
         return core
 
-    def _started(self) -> tuple[float, float | None]:
-        """Now, and the call's deadline from now (it counts the first attempt too)."""
-        started = self.pacer.clock()
+    def _started(self, began: float | None = None) -> tuple[float, float | None]:
+        """
+        When the call began, and its deadline (it counts the first attempt too).
+
+        ``began``: earlier than now when this call goes on one that began before (the next hop
+        of a redirect chain): the deadline is the whole chain's.
+        """
+        now = self.pacer.clock()
+        started = now if began is None else min(now, began)
         timeout = self.policy.timeout
         return started, None if timeout is None else started + timeout
 
@@ -219,14 +225,16 @@ class EdgeCore:
         failure_of: Callable[[Exception], Failure | None],
         discard: Callable[[R], None],
         sleep: Callable[[float], object],
+        began: float | None = None,
     ) -> tuple[R, dict[str, Any]]:
         """
         One logical call of ``request``: the last response and its record, or the last error.
 
         ``send(request, left)`` sends one attempt; ``left`` is what remains of the policy's
         deadline (``None``: none), which the attempt's own timeouts must not exceed.
+        ``began``: when the logical call began, if before now (a redirect chain's next hop).
         """
-        started, deadline = self._started()
+        started, deadline = self._started(began)
         try:
             response, first, record, lane, tracker = first_try(
                 self.lane, origin, send, request, deadline, failure_of, reply_of

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 import requests
 import requests.structures
 
+from smoothclient import Pacer, RetryPolicy, SmoothAdapter
 from smoothclient.edges import requests_adapter as requests_edge
 from smoothclient.edges.base import drainable
 from smoothclient.edges.requests_adapter import _origin, _reply, _rewinder
+from smoothclient.testing import FakeClock
 
 
 @pytest.mark.parametrize(
@@ -106,3 +109,48 @@ def test_only_small_stated_bodies_are_drained(length: str, drained: bool) -> Non
     """Both edges read a failed response's body before closing only if it says it is small."""
     headers = requests.structures.CaseInsensitiveDict({"Content-Length": length})
     assert drainable(headers) is drained
+
+
+def test_a_redirect_chain_is_one_call_with_one_deadline(clock: FakeClock) -> None:
+    """Ten hops, each a 503 first: the policy's timeout bounds the chain, not each hop."""
+    from requests.adapters import HTTPAdapter
+    from requests.structures import CaseInsensitiveDict
+
+    seen: dict[str, int] = {}
+
+    class Hops(HTTPAdapter):  # answers from memory: hop n 503s once, then redirects to n+1
+        def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+            url = request.url or ""
+            n = int(url.rsplit("/", 1)[1])
+            seen[url] = seen.get(url, 0) + 1
+            response = requests.Response()
+            response.status_code = 503 if seen[url] == 1 else 302
+            response.headers = CaseInsensitiveDict(
+                {"Content-Length": "0", "Location": f"/hop/{n + 1}"}
+                if response.status_code == 302
+                else {"Content-Length": "0"}
+            )
+            response.raw = io.BytesIO(b"")
+            response.url = url
+            response.request = request
+            clock.sleep(0.1)  # each answer takes 0.1 s
+            return response
+
+    class Adapter(SmoothAdapter, Hops):
+        pass
+
+    policy = RetryPolicy(timeout=3, wait_initial=0.2, wait_max=0.2, jitter="none")
+    with requests.Session() as session:
+        session.max_redirects = 10
+        session.mount(
+            "https://",
+            Adapter(policy=policy, pacer=Pacer(clock=clock, probe=0), sleep=clock.sleep),
+        )
+        started = clock()
+        response = session.get("https://chain.test/hop/0")
+        chained = clock() - started
+    # each hop alone fits its own 3 s (0.4 s a hop), the chain does not: it ends at its
+    # deadline with the hop that could not be retried in time (before: 4.4 s, 10 redirects)
+    assert response.status_code == 503
+    assert chained <= 3 + 0.4  # (this fake answers in 0.1 s whatever the timeout: two hops)
+    assert len(response.history) < 10
