@@ -41,6 +41,9 @@ TIMEOUT = 0.05
 CLOCK_READINGS = 4
 #: Connections each event loop's ``redis.asyncio`` client keeps at most (tasks beyond wait).
 ASYNC_CONNECTIONS = 64
+#: An outage this soon after the last one ended is the same one (a restart flapping): it is
+#: logged at debug level, so one restart makes one warning and one "back", whatever the driver.
+QUIET_WARNINGS = 10.0
 #: The longest pause before Redis is asked again after failed probes (seconds; jittered).
 MAX_PAUSE = 10.0
 
@@ -282,6 +285,8 @@ class Link:
         self.down_until = -math.inf
         self.failures = 0
         self.down_since: float | None = None
+        self.back_at = -math.inf  # when Redis was last back after an outage warned of
+        self.warned = False  # the current outage was warned of
         self._lock = threading.Lock()
         self.offset = time.time() - time.monotonic()  # the wall clock, until Redis says
         self._adjusted = time.monotonic()
@@ -426,7 +431,11 @@ class Link:
             first = self.down_since is None
             if first:
                 self.down_since = now
-        if first:
+        if first and now - self.back_at < QUIET_WARNINGS:
+            self.warned = False  # back a moment ago: the same outage, flapping (a restart)
+            log.debug("Redis failed again (%s) soon after it was back", _name(exc))
+        elif first:
+            self.warned = True
             log.warning(
                 "Redis failed (%s); pacing from this process's memory until it is back",
                 _name(exc),
@@ -441,8 +450,13 @@ class Link:
         with self._lock:
             since, self.down_since, self.failures = self.down_since, None, 0
             self.down_until = -math.inf
-        if since is not None:
+            warned, self.warned = self.warned, False
+            if warned:
+                self.back_at = now
+        if since is not None and warned:
             log.warning("Redis is back after %.1f s; pacing from it again", now - since)
+        elif since is not None:
+            log.debug("Redis is back after %.1f s", now - since)
 
 
 #: Errors that say Redis is there but busy, or that one key is in trouble: not an outage.

@@ -982,3 +982,24 @@ def test_a_child_forked_from_a_redis_pacer_is_a_process_of_its_own(server: Redis
     now = pacer.clock()
     tracker.acquire(now, not_before=now + 0.2, deadline=now + 5)
     assert pacer.view(ORIGIN).waiting == 2  # the child's and this process's, apart
+
+
+def test_a_restart_that_flaps_is_one_warning_and_one_back(
+    server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Down, back, down again at once (a restart): one outage warned of, not one per flap."""
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    touch(tracker)
+    with caplog.at_level(logging.WARNING, logger="smoothclient.pacing"):
+        for _ in range(3):
+            server.kill()
+            tracker.link.down_until = 0.0  # type: ignore[attr-defined]
+            touch(tracker)
+            server.start()
+            tracker.link.down_until = 0.0  # type: ignore[attr-defined]
+            touch(tracker)
+            assert tracker.link.up  # type: ignore[attr-defined]
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("Redis failed" in m for m in said) == 1
+    assert sum("Redis is back" in m for m in said) == 1
