@@ -100,15 +100,22 @@ def test_a_call_whose_deadline_ends_before_the_next_probe_is_refused_unsent() ->
     assert o.waiting == 0
 
 
-def test_reopening_releases_at_the_rate_served_before_and_5xx_then_cut_it() -> None:
-    """The probe's success reopens; the release is paced, and an overload 503 cuts it."""
+def _reopened() -> tuple[OriginState, float]:
+    """An origin that served 30/s, went down, and whose probe (sent at the gate) got through."""
     o = OriginState()
     t = _served(o, 30, 1.0)
     for i in range(DOWN_AFTER):
         _fail(o, t + i * 0.05)
     now = o.gate
     acquire(o, S, now, now, None)
+    o.waiting, o.in_flight = 0, 1  # the probe went
     learning.observe(o, S, 200, Hints(), now + 0.01, sent_at=now, counted=True)
+    return o, now
+
+
+def test_reopening_releases_at_the_rate_served_before_and_5xx_then_cut_it() -> None:
+    """The probe's success reopens; the release is paced, and an overload 503 cuts it."""
+    o, now = _reopened()
     assert o.outage.down_since is None
     assert o.gate <= now + 0.01
     assert o.pace.rate == pytest.approx(30, abs=2)
@@ -168,14 +175,7 @@ def test_a_fleet_does_not_bury_a_failing_server(retry_after: float | None, share
 
 def test_the_release_ends_once_it_holds_nobody_back() -> None:
     """After a reopening, a release that cut nothing and held nobody for a while drops its pace."""
-    o = OriginState()
-    t = _served(o, 30, 1.0)
-    for i in range(DOWN_AFTER):
-        _fail(o, t + i * 0.05)
-    now = o.gate
-    acquire(o, S, now, now, None)
-    o.waiting, o.in_flight = 0, 1  # the probe went
-    learning.observe(o, S, 200, Hints(), now + 0.01, sent_at=now, counted=True)
+    o, now = _reopened()
     assert o.pace.rate is not None
     for _ in range(100):  # 3 s of successes at 33/s, nobody waiting
         now += 0.03
