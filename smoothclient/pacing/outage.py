@@ -22,8 +22,9 @@ The law, in three parts:
 3. **Reopen gently.**  The first answer that is not a failure reopens the origin.  What waited
    is then released at the rate the origin served just before it failed (a learned rate the
    controller grows per success, as a slow start does), and for :data:`RELEASE` seconds a 5xx
-   is also a throttle that cuts that rate: a recovering server that answers its overload with
-   503s slows the release down instead of being buried by it.
+   is also a throttle that cuts that rate once it is above the rate served before: a
+   recovering server that answers its overload with 503s slows the release down instead of
+   being buried by it, and a brownout's 503s do not cut it below what the origin served.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
         b.fails = 0  # a success since: a new run
     if not b.fails:
         b.first_fail = now
-        b.served = sum(1 for t in o.successes if t >= now - 1.0)
+        if b.down_since is None and now >= b.release_until:  # (down or releasing: it stands)
+            b.served = sum(1 for t in o.successes if t >= now - 1.0)
     b.fails += 1
     if b.down_since is not None:  # a probe failed: the next goes later
         b.gap = min(MAX_PROBE_GAP, b.gap * 1.5)
@@ -130,7 +132,10 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
             b.served = max(b.served, 0.5 * b.fails / span)
         o.gate = max(o.gate, now + _jittered(b.gap, now))
         return False
-    return now < b.release_until
+    # a throttle only while the release sends faster than the origin served before: at or
+    # below that rate its 5xx are not this client's doing (a brownout's cut it to the floor)
+    rate = o.pace.rate
+    return now < b.release_until and rate is not None and rate > 1.1 * b.served
 
 
 def _close(o: OriginState, until: float) -> None:

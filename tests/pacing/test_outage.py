@@ -193,3 +193,15 @@ def test_a_brownout_keeps_its_origin_up_and_its_pace_off() -> None:
     after = [t for t in result.arrivals if 13.5 <= t < 15.5]
     assert len(after) / 2.0 >= 0.9 * result.offered
     assert result.failed_share < 0.1
+
+
+def test_a_release_at_the_rate_served_before_is_not_cut_by_a_brownouts_503s() -> None:
+    """Only a release faster than what the origin served is this client's overload."""
+    o, now = _reopened()
+    start = o.pace.rate
+    assert start is not None
+    for i in range(6):
+        _fail(o, now + 0.3 * (i + 1))
+        learning.observe(o, S, 200, Hints(), now + 0.3 * (i + 1) + 0.01, sent_at=now, counted=False)
+    assert o.pace.rate is not None
+    assert o.pace.rate >= start
