@@ -128,8 +128,8 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
     span = now - b.first_fail
     if (b.fails >= DOWN_AFTER and span >= MIN_SPAN) or closed:
         b.down_since, b.gap, b.probes = now, PROBE_GAP, 0
-        if span > 0:  # an origin that never served: half the rate its failures came at
-            b.served = max(b.served, 0.5 * b.fails / span)
+        if span > 0 and b.served < 1:  # an origin that never served: its failures' rate
+            b.served = b.fails / span
         o.gate = max(o.gate, now + _jittered(b.gap, now))
         return False
     # a throttle only while the release sends faster than the origin served before: at or
