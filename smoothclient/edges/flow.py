@@ -181,6 +181,7 @@ class CallFlow:
         self.base = tracker  # what the request is bound by when no scope binds it
         self.record = RecordBuilder()
         self.jittered = False  # the last retry's wait was drawn at random (no rate to pace at)
+        self.counted_ahead = False  # the next attempt was counted by the budget when taken
 
     def _sleep(self, seconds: float) -> Sleep:
         self.record.waits.append(seconds)
@@ -207,8 +208,9 @@ class CallFlow:
                 sent_at = started
                 if not self.first_counted:
                     tracker.adopt()
-            if policy.budget is not None:
+            if policy.budget is not None and not self.counted_ahead:
                 yield from stepwise(tracker).record_attempt(policy.budget, sent_at)
+            self.counted_ahead = False
             self.record.attempts += 1
             if result is None:
                 try:
@@ -348,6 +350,12 @@ class CallFlow:
             and not (yield from stepwise(tracker).try_retry(budget, now))
         ):
             return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome
+        if isinstance(decision, Retry) and budget and not _asked_for(outcome):
+            # the retry is an attempt from now on: counted when taken, not when sent (a herd's
+            # retries held by the pacer were taken long before they were sent; the budget
+            # counted them against attempts it had not yet seen, and read as spent)
+            yield from stepwise(tracker).record_attempt(budget, now)
+            self.counted_ahead = True
         if isinstance(decision, Retry) and (yield from self._held(decision.delay, now, tracker)):
             decision = dataclasses.replace(
                 decision, reason=f"{decision.reason}; held for an outage (probes, not retries)"

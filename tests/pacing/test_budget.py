@@ -29,3 +29,16 @@ def test_late_times_keep_the_buckets_in_order() -> None:
     assert seconds == sorted(seconds)
     assert len(seconds) <= 11
     assert counts.try_retry(110.0)
+
+
+def test_retries_taken_ahead_of_their_sends_fit_the_budget() -> None:
+    """200 failed first attempts, each retry counted as an attempt when taken: all fit."""
+    counts = BudgetCounts(RetryBudget(ratio=0.5, min_per_second=1.0, window=10.0))
+    for _ in range(200):
+        counts.record_request(1.0)  # the first attempts, all failed
+    taken = 0
+    for _ in range(200):  # every retry decided before any is sent (held by the pacer)
+        if counts.try_retry(1.5):
+            counts.record_request(1.5)  # counted when taken
+            taken += 1
+    assert taken == 200
