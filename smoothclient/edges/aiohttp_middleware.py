@@ -1,0 +1,257 @@
+"""
+aiohttp's edge: :class:`SmoothMiddleware`, a client middleware (aiohttp 3.12 and later).
+
+A middleware gets each request with the handler that really sends it; this one runs the
+shared call around that handler: the fast lane, then the call flow (pacer admission, send,
+hints from every response, the retry decision, releasing the failed response, the wait).
+aiohttp follows redirects outside its middlewares: each hop is a call of its own.  The
+session's ``timeout`` (``total``) bounds the whole call, waits and retries included; the
+policy's ``timeout`` cuts each attempt at what is left of the call's deadline.
+
+>>> import aiohttp
+>>> from smoothclient.aiohttp import SmoothMiddleware
+>>> session = aiohttp.ClientSession(middlewares=(SmoothMiddleware(),))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import operator
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+
+from ..engine.decide import ErrorKind
+from ..errors import RateLimited
+from ..hints import FieldAccess, wants_body
+from ..pacing.keys import origin_key
+from ..pacing.pacer import PacerLike
+from ..pacing.scopes import ScopeFn
+from ..policy import RetryPolicy
+from .base import Edge, EdgeCore, RequestInfo, drainable
+from .flow import Failure, Reply
+
+__all__ = ["RateLimitedError", "SmoothMiddleware"]
+
+Handler = Callable[[aiohttp.ClientRequest], Awaitable[aiohttp.ClientResponse]]
+
+#: aiohttp's errors as the flow's kinds, the most specific first.
+_KINDS: tuple[tuple[type[BaseException], ErrorKind], ...] = (
+    (aiohttp.ConnectionTimeoutError, "connect"),
+    (aiohttp.ClientConnectorError, "connect"),
+    (aiohttp.ServerTimeoutError, "timeout"),
+    (aiohttp.ServerDisconnectedError, "protocol"),
+    (aiohttp.ClientPayloadError, "read"),
+    (aiohttp.ClientOSError, "read"),
+    (TimeoutError, "timeout"),
+)
+#: Never reached the server: no connection was made.
+_NOT_SENT = (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError)
+#: Transport errors that no retry mends: a certificate the client refuses stays refused.
+_FINAL = (aiohttp.ClientConnectorCertificateError,)
+
+#: ``CIMultiDictProxy``: its names (all of them, in C) and its pairs.
+HEADER_ACCESS = FieldAccess(operator.methodcaller("keys"), operator.methodcaller("items"))
+
+
+def _failure(exc: Exception) -> Failure | None:
+    """Classify an aiohttp transport error; ``None`` for anything else (re-raised)."""
+    if isinstance(exc, _FINAL):
+        return None
+    kind = next((k for t, k in _KINDS if isinstance(exc, t)), None)
+    if kind is None:
+        if not isinstance(exc, aiohttp.ClientConnectionError):
+            return None
+        kind = "other"
+    return Failure(kind, sent=not isinstance(exc, _NOT_SENT), exception=exc)
+
+
+class _Sent:
+    """
+    One attempt's response as the call loop reads it, with its error body if one was read.
+
+    aiohttp's response says ``status``; the call loop reads ``status_code``.
+    """
+
+    __slots__ = ("body", "headers", "response", "status_code")
+
+    def __init__(self, response: aiohttp.ClientResponse, body: bytes | None) -> None:
+        self.response = response
+        self.status_code = response.status
+        self.headers = response.headers
+        self.body = body
+
+
+def _reply(sent: _Sent) -> Reply:
+    """The flow's view of a response, with its JSON error body when read (docs/headers.md R15)."""
+    return Reply(sent.status_code, sent.headers, sent.body)
+
+
+async def _send(handler: Handler, request: aiohttp.ClientRequest) -> _Sent:
+    """Send once; read a small JSON error body (its hints), so a retry can use them."""
+    response = await handler(request)
+    status = response.status
+    if status >= 400 and wants_body(status, response.headers):
+        try:
+            return _Sent(response, await response.read())
+        except BaseException:
+            response.close()  # a body that fails to read fails the attempt with that error
+            raise
+    return _Sent(response, None)
+
+
+async def _bounded(attempt: Awaitable[_Sent], left: float) -> _Sent:
+    """
+    ``attempt`` cut as a whole at ``left`` seconds, raising ``aiohttp.SocketTimeoutError``.
+
+    The session's ``sock_read`` bounds one read only: a header block dripped a byte at a time
+    would hold the attempt past the call's deadline.
+    """
+    timer = asyncio.timeout(left)
+    try:
+        async with timer:
+            return await attempt
+    except TimeoutError:
+        if not timer.expired():
+            raise  # not ours
+        msg = f"the attempt outlasted what was left of the call's deadline ({left:.3g} s)"
+        raise aiohttp.SocketTimeoutError(msg) from None
+
+
+def _route(request: aiohttp.ClientRequest) -> tuple[str, str]:
+    """A request's method and path, for scopes."""
+    return request.method, request.url.path
+
+
+def _replayable(request: aiohttp.ClientRequest) -> bool:
+    """
+    Whether the request's body can be sent again.
+
+    Asked after the first attempt: bytes, text, JSON, forms and seekable files can;
+    an async generator or a stream read once cannot (aiohttp marks its payload consumed).
+    """
+    body = request.body
+    return isinstance(body, bytes) or not body.consumed
+
+
+class RateLimitedError(RateLimited, aiohttp.ClientError):
+    """
+    :class:`~smoothclient.RateLimited` from :class:`SmoothMiddleware`: an ``aiohttp.ClientError``.
+
+    The call gave up before sending, because the pacer would have held it past its deadline or
+    ``max_retry_after``; ``retry_after`` says for how long.  ``request_info`` is the request
+    not sent.
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float, request_info: aiohttp.RequestInfo
+    ) -> None:
+        """The message, the delay and the request not sent."""
+        RateLimited.__init__(self, message, retry_after=retry_after)
+        self.request_info = request_info
+
+
+def _rate_limited(exc: RateLimited, request: aiohttp.ClientRequest) -> RateLimitedError:
+    error = RateLimitedError(
+        str(exc), retry_after=exc.retry_after, request_info=request.request_info
+    )
+    error.smoothclient = exc.smoothclient  # type: ignore[attr-defined]
+    return error
+
+
+class SmoothMiddleware(Edge):
+    """
+    An aiohttp client middleware that retries with shift-and-widen jitter and paces per origin.
+
+    Give it to a session: ``aiohttp.ClientSession(middlewares=(SmoothMiddleware(),))``.  The
+    last response comes back with its record (:func:`~smoothclient.record_of`); a call that
+    ends in an error raises aiohttp's own, the record attached.
+
+    Args:
+        policy: the :class:`~smoothclient.RetryPolicy` (default ``DEFAULT_POLICY``).
+        pacer: a :class:`~smoothclient.Pacer` to share with other edges (default: its own).
+        rng: randomness for jitter (default a fresh ``random.Random()``).
+        sleep: an async sleep (default ``asyncio.sleep``; tests pass a fake clock's).
+        scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
+            :class:`~smoothclient.ScopeRules`).
+        overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
+            (default: only when it was given no policy or policy fields of its own).
+        **policy_fields: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied
+            over ``policy``.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: RetryPolicy | None = None,
+        pacer: PacerLike | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        scope: ScopeFn | None = None,
+        overrides: bool | None = None,
+        **policy_fields: Any,
+    ) -> None:
+        """Check the arguments; the middleware is ready for any number of sessions."""
+        self._core = EdgeCore(
+            policy, pacer, rng, HEADER_ACCESS, _route, scope, policy_fields, overrides
+        )
+        self._sleep = sleep
+
+    async def __call__(
+        self, request: aiohttp.ClientRequest, handler: Handler
+    ) -> aiohttp.ClientResponse:
+        """Send ``request`` through the retry flow; return the last response."""
+        core = self._core.under()
+        try:
+            sent, record = await core.call_async(
+                self._origin(request),
+                request,
+                self._info,
+                functools.partial(self._attempt, handler),
+                _reply,
+                _failure,
+                self._discard,
+                self._sleep,
+            )
+        except RateLimited as exc:
+            raise _rate_limited(exc, request) from exc
+        response = sent.response
+        response.smoothclient = record  # type: ignore[attr-defined]
+        return response
+
+    @staticmethod
+    def _origin(request: aiohttp.ClientRequest) -> str:
+        url = request.url
+        return origin_key(url.scheme, url.raw_host or "", url.port)
+
+    def _info(self, request: aiohttp.ClientRequest) -> RequestInfo:
+        key = self._core.policy.idempotency_header
+        return RequestInfo(
+            request.method,
+            request.url.path,
+            key is not None and key in request.headers,
+            _replayable(request),
+        )
+
+    @staticmethod
+    async def _attempt(
+        handler: Handler, request: aiohttp.ClientRequest, left: float | None
+    ) -> _Sent:
+        if left is None:
+            return await _send(handler, request)
+        return await _bounded(_send(handler, request), left)
+
+    @staticmethod
+    async def _discard(sent: _Sent) -> None:
+        """Release a response the call will not return: read a small body first (reuse)."""
+        response = sent.response
+        try:
+            if sent.body is None and drainable(response.headers):
+                await response.read()
+        except (TimeoutError, aiohttp.ClientError):
+            pass  # a body that failed to read once is not read again
+        finally:
+            response.release()

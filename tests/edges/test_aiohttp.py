@@ -1,0 +1,272 @@
+"""
+The aiohttp edge (:class:`smoothclient.aiohttp.SmoothMiddleware`) against a real local server.
+
+Each test starts an ``aiohttp.web`` server on a free loopback port that answers from a script,
+and runs a session with the middleware on the pacer's fake clock (no real waiting), except
+where the deadline is what is tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+import smoothclient
+from smoothclient import CallEnded, Pacer, RateLimited, RetryPolicy, record_of
+from smoothclient.aiohttp import RateLimitedError, SmoothMiddleware
+from smoothclient.testing import FakeClock
+
+pytestmark = pytest.mark.e2e
+
+T = TypeVar("T")
+#: (status, headers, body) per request; the last entry repeats.
+Answer = tuple[int, dict[str, str], bytes]
+POLICY = RetryPolicy(attempts=3, timeout=60, wait_initial=0.1, wait_max=1.0)
+
+
+@dataclass
+class Script:
+    """What the server answers, and what it got: each request's method and body."""
+
+    answers: list[Answer]
+    seen: list[tuple[str, bytes]] = field(default_factory=list)
+    hold: asyncio.Event | None = None  # answer only once it is set
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.seen.append((request.method, body))
+        if self.hold is not None:
+            await self.hold.wait()
+        status, headers, content = self.answers[min(len(self.seen), len(self.answers)) - 1]
+        return web.Response(status=status, headers=headers, body=content)
+
+
+@asynccontextmanager
+async def serving(script: Script) -> AsyncIterator[str]:
+    """The script served on a free loopback port: its base URL."""
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", script.handle)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if script.hold is not None:
+            script.hold.set()
+        await runner.cleanup()
+
+
+def middleware(clock: FakeClock, policy: RetryPolicy = POLICY, **kwargs: Any) -> SmoothMiddleware:
+    """The edge on the fake clock: its waits are recorded, not slept."""
+    return SmoothMiddleware(
+        policy=policy, pacer=Pacer(clock=clock), sleep=clock.async_sleep, **kwargs
+    )
+
+
+def run(main: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(main())  # type: ignore[arg-type]
+
+
+async def fetch(
+    url: str, edge: SmoothMiddleware, method: str = "GET", **kwargs: Any
+) -> tuple[int, bytes, smoothclient.CallRecord | None]:
+    """One request through a session with ``edge``: the status, the body, the record."""
+    async with (
+        aiohttp.ClientSession(middlewares=(edge,)) as session,
+        session.request(method, url, **kwargs) as response,
+    ):
+        return response.status, await response.read(), record_of(response)
+
+
+def test_a_503_is_retried_and_the_record_says_so(clock: FakeClock) -> None:
+    """503 then 200: two requests reach the server, one backoff wait, the record typed."""
+    script = Script([(503, {}, b""), (200, {}, b"ok")])
+
+    async def main() -> None:
+        async with serving(script) as url:
+            status, body, record = await fetch(url + "/items", middleware(clock))
+        assert (status, body) == (200, b"ok")
+        assert record is not None
+        assert (record.attempts, record.reasons, record.gave_up) == (2, ["status 503"], None)
+        assert 0 <= record.total_wait <= 0.1
+
+    run(main)
+    assert len(script.seen) == 2
+
+
+def test_retry_after_shifts_the_wait(clock: FakeClock) -> None:
+    """A 429 saying Retry-After: 2 is retried no earlier than 2 s later."""
+    script = Script([(429, {"Retry-After": "2"}, b""), (200, {}, b"ok")])
+
+    async def main() -> None:
+        async with serving(script) as url:
+            status, _, record = await fetch(url, middleware(clock))
+        assert status == 200
+        assert record is not None
+        assert record.total_wait >= 2.0
+
+    run(main)
+    assert len(script.seen) == 2
+
+
+def test_giving_up_returns_the_last_response_readable_with_its_record(clock: FakeClock) -> None:
+    """503s all the way: the third 503 comes back, its JSON body still readable by the caller."""
+    error = json.dumps({"error": "busy"}).encode()
+    script = Script([(503, {"Content-Type": "application/json"}, error)])
+    ended: list[CallEnded] = []
+
+    async def main() -> None:
+        edge = middleware(clock, POLICY.replace(on_give_up=ended.append))
+        async with serving(script) as url:
+            status, body, record = await fetch(url, edge)
+        assert (status, body) == (503, error)
+        assert record is not None
+        assert record.attempts == 3
+        assert record.gave_up is not None
+        assert "3 attempts used" in record.gave_up
+
+    run(main)
+    assert len(script.seen) == 3
+    assert [e.status for e in ended] == [503]
+
+
+def test_a_post_is_not_retried_after_a_503(clock: FakeClock) -> None:
+    """A POST that got a 503 may have had effects: not sent again."""
+    script = Script([(503, {}, b""), (200, {}, b"")])
+
+    async def main() -> None:
+        async with serving(script) as url:
+            status, _, record = await fetch(url, middleware(clock), "POST", data=b"x")
+        assert status == 503
+        assert record is not None
+        assert "not idempotent" in (record.gave_up or "")
+
+    run(main)
+    assert len(script.seen) == 1
+
+
+def test_a_refusal_by_the_pacer_is_an_aiohttp_client_error(clock: FakeClock) -> None:
+    """
+    An origin closed for 100 s (a 503's Retry-After beyond max_retry_after): the next call
+    is not sent and raises RateLimitedError, both smoothclient's RateLimited and aiohttp's.
+    """
+    script = Script([(503, {"Retry-After": "100"}, b"")])
+    policy = POLICY.replace(max_retry_after=5)
+
+    async def main() -> None:
+        edge = middleware(clock, policy)
+        async with serving(script) as url:
+            status, _, _ = await fetch(url, edge)  # the 503 is returned: 100 s is too long
+            assert status == 503
+            with pytest.raises(aiohttp.ClientError) as caught:
+                await fetch(url, edge)
+        assert isinstance(caught.value, RateLimitedError)
+        assert isinstance(caught.value, RateLimited)
+        assert caught.value.retry_after == pytest.approx(100.0, abs=1.0)
+        assert str(caught.value.request_info.url) == url
+        record = record_of(caught.value)
+        assert record is not None
+        assert record.attempts == 0
+
+    run(main)
+    assert len(script.seen) == 1
+    assert clock.sleeps == []
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound and let go)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_a_refused_connection_is_a_connect_error_retried_for_any_method(clock: FakeClock) -> None:
+    """Nothing listens: a POST is retried (it was never sent), then aiohttp's error is raised."""
+    retries: list[str] = []
+    edge = middleware(clock, POLICY.replace(on_retry=lambda event: retries.append(event.reason)))
+
+    async def main() -> None:
+        with pytest.raises(aiohttp.ClientConnectorError) as caught:
+            await fetch(f"http://127.0.0.1:{free_port()}/", edge, "POST", data=b"x")
+        record = record_of(caught.value)
+        assert record is not None
+        assert record.attempts == 3
+
+    run(main)
+    assert retries == ["connect error", "connect error"]
+
+
+def test_the_deadline_cuts_an_attempt_that_hangs() -> None:
+    """A server that never answers: the attempt ends at the policy's deadline, a timeout."""
+    script = Script([(200, {}, b"")])
+    policy = RetryPolicy(attempts=5, timeout=0.3, wait_initial=0.01, wait_max=0.02)
+
+    async def main() -> None:
+        script.hold = asyncio.Event()  # made on this loop
+        edge = SmoothMiddleware(policy=policy)
+        started = asyncio.get_running_loop().time()
+        async with serving(script) as url:
+            with pytest.raises(aiohttp.ServerTimeoutError) as caught:
+                await fetch(url, edge)
+        assert asyncio.get_running_loop().time() - started < 1.0
+        assert "deadline" in str(caught.value)
+        record = record_of(caught.value)
+        assert record is not None
+        assert record.attempts == 1
+
+    run(main)
+
+
+async def _chunks() -> AsyncIterator[bytes]:
+    yield b"stream"
+
+
+def test_bodies_in_memory_are_sent_again_and_a_stream_is_not(clock: FakeClock) -> None:
+    """bytes, text, JSON, a form and a file are replayed whole on a retry; a generator is not."""
+    form = aiohttp.FormData({"a": "1"})
+    bodies: list[dict[str, Any]] = [
+        {"data": b"raw"},
+        {"data": "text"},
+        {"json": {"k": 1}},
+        {"data": form},
+        {"data": io.BytesIO(b"file")},
+    ]
+
+    async def main() -> list[list[bytes]]:
+        sent: list[list[bytes]] = []
+        for kwargs in [*bodies, {"data": _chunks()}]:
+            script = Script([(503, {}, b""), (200, {}, b"")])
+            async with serving(script) as url:
+                await fetch(url, middleware(clock), "PUT", **kwargs)
+            sent.append([body for _, body in script.seen])
+        return sent
+
+    sent = run(main)
+    for replayed in sent[:-1]:
+        assert len(replayed) == 2
+        assert replayed[0] == replayed[1] != b""
+    assert sent[-1] == [b"stream"]  # consumed by the first attempt: the 503 is returned
+
+
+def test_import_smoothclient_aiohttp_is_the_edge() -> None:
+    """The public module re-exports the edge's names; they need the aiohttp extra."""
+    from smoothclient.edges import aiohttp_middleware
+
+    assert SmoothMiddleware is aiohttp_middleware.SmoothMiddleware
+    assert issubclass(RateLimitedError, aiohttp.ClientError)
+    with pytest.raises(TypeError, match="policy must be a RetryPolicy"):
+        SmoothMiddleware(policy=3)  # type: ignore[arg-type]
