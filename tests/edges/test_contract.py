@@ -1,22 +1,26 @@
 """
 The edge contract: what every edge does with the same server behaviour.
 
-Each edge (httpx sync, httpx async on asyncio and on trio, requests) runs the same scripted
-exchanges against an in-memory server, on a fake clock.  A new edge joins by adding one
-``Edge`` to ``EDGES``.
+Each edge (httpx sync, httpx async on asyncio and on trio, requests, aiohttp) runs the same
+scripted exchanges against an in-memory server (aiohttp: a local one), on a fake clock.  A new
+edge joins by adding one ``Edge`` to ``EDGES``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx
 import pytest
 import requests
+from aiohttp import web
 from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 from urllib3.exceptions import MaxRetryError, NewConnectionError
@@ -28,6 +32,7 @@ from smoothclient import (
     SmoothAdapter,
     SmoothTransport,
 )
+from smoothclient.aiohttp import SmoothMiddleware
 from smoothclient.testing import FakeClock
 
 
@@ -152,11 +157,51 @@ def _requests(server: Server, policy: RetryPolicy, clock: FakeClock, method: str
     return Result(response.status_code, response.smoothclient, None, server.sent)  # type: ignore[attr-defined]
 
 
+def _aiohttp(server: Server, policy: RetryPolicy, clock: FakeClock, method: str) -> Result:
+    """A real local server answers; a refusal is raised by a middleware inside the edge's."""
+
+    async def answer(request: web.Request) -> web.Response:
+        status, headers = json.loads(request.headers["x-script"])
+        return web.Response(status=status, headers=headers, body=b"body")
+
+    async def scripted(request: aiohttp.ClientRequest, handler: Any) -> aiohttp.ClientResponse:
+        try:
+            entry = server.next()
+        except Refused as exc:
+            refused = ConnectionRefusedError(111, "refused")
+            raise aiohttp.ClientConnectorError(request.connection_key, refused) from exc
+        request.headers["x-script"] = json.dumps(entry)
+        response: aiohttp.ClientResponse = await handler(request)
+        return response
+
+    async def main() -> Result:
+        app = web.Application()
+        app.router.add_route("*", "/items", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/items"
+        edge = SmoothMiddleware(policy=policy, pacer=Pacer(clock=clock), sleep=clock.async_sleep)
+        try:
+            async with aiohttp.ClientSession(middlewares=(edge, scripted)) as session:
+                try:
+                    async with session.request(method, url) as response:
+                        record = response.smoothclient  # type: ignore[attr-defined]
+                        return Result(response.status, record, None, server.sent)
+                except aiohttp.ClientError as exc:
+                    return Result(None, getattr(exc, "smoothclient", {}), exc, server.sent)
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
 EDGES: dict[str, Call] = {
     "httpx": _httpx_sync,
     "httpx-asyncio": _httpx_async("asyncio"),
     "httpx-trio": _httpx_async("trio"),
     "requests": _requests,
+    "aiohttp": _aiohttp,
 }
 POLICY = RetryPolicy(attempts=3, timeout=60, wait_initial=0.1, wait_max=1.0)
 
