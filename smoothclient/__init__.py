@@ -86,6 +86,7 @@ SUBMODULES = ("testing", "window")
 _EXTRA_PACKAGES = {
     "httpx": frozenset({"httpx", "httpcore", "anyio"}),
     "requests": frozenset({"requests", "urllib3"}),
+    "aiohttp": frozenset({"aiohttp", "multidict", "yarl", "aiohappyeyeballs", "aiosignal"}),
     "prometheus": frozenset({"prometheus_client"}),
     "otel": frozenset({"opentelemetry"}),
 }

@@ -5,11 +5,20 @@ smoothclient under aiohttp: :class:`SmoothMiddleware`, a client middleware (aioh
 >>> from smoothclient.aiohttp import SmoothMiddleware
 >>> session = aiohttp.ClientSession(middlewares=(SmoothMiddleware(),))  # doctest: +SKIP
 
-Needs the ``aiohttp`` extra: ``pip install 'smoothclient[aiohttp]'``.
+Needs the ``aiohttp`` extra: ``pip install 'smoothclient[aiohttp]'`` (without it, importing
+this module raises an :class:`ImportError` saying so).
 """
 
 from __future__ import annotations
 
-from .edges.aiohttp_middleware import RateLimitedError, SmoothMiddleware
+from . import _EXTRA_PACKAGES
+
+try:
+    from .edges.aiohttp_middleware import RateLimitedError, SmoothMiddleware
+except ModuleNotFoundError as exc:  # the extra is missing: say which one to install
+    if (exc.name or "").partition(".")[0] not in _EXTRA_PACKAGES["aiohttp"]:
+        raise
+    msg = "smoothclient.aiohttp needs aiohttp: pip install 'smoothclient[aiohttp]'"
+    raise ImportError(msg, name=exc.name) from exc
 
 __all__ = ["RateLimitedError", "SmoothMiddleware"]

@@ -12,6 +12,8 @@ import asyncio
 import io
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,8 +27,6 @@ import smoothclient
 from smoothclient import CallEnded, Pacer, RateLimited, RetryPolicy, record_of
 from smoothclient.aiohttp import RateLimitedError, SmoothMiddleware
 from smoothclient.testing import FakeClock
-
-pytestmark = pytest.mark.e2e
 
 T = TypeVar("T")
 #: (status, headers, body) per request; the last entry repeats.
@@ -91,6 +91,7 @@ async def fetch(
         return response.status, await response.read(), record_of(response)
 
 
+@pytest.mark.e2e
 def test_a_503_is_retried_and_the_record_says_so(clock: FakeClock) -> None:
     """503 then 200: two requests reach the server, one backoff wait, the record typed."""
     script = Script([(503, {}, b""), (200, {}, b"ok")])
@@ -107,6 +108,7 @@ def test_a_503_is_retried_and_the_record_says_so(clock: FakeClock) -> None:
     assert len(script.seen) == 2
 
 
+@pytest.mark.e2e
 def test_retry_after_shifts_the_wait(clock: FakeClock) -> None:
     """A 429 saying Retry-After: 2 is retried no earlier than 2 s later."""
     script = Script([(429, {"Retry-After": "2"}, b""), (200, {}, b"ok")])
@@ -122,6 +124,7 @@ def test_retry_after_shifts_the_wait(clock: FakeClock) -> None:
     assert len(script.seen) == 2
 
 
+@pytest.mark.e2e
 def test_giving_up_returns_the_last_response_readable_with_its_record(clock: FakeClock) -> None:
     """503s all the way: the third 503 comes back, its JSON body still readable by the caller."""
     error = json.dumps({"error": "busy"}).encode()
@@ -143,6 +146,7 @@ def test_giving_up_returns_the_last_response_readable_with_its_record(clock: Fak
     assert [e.status for e in ended] == [503]
 
 
+@pytest.mark.e2e
 def test_a_post_is_not_retried_after_a_503(clock: FakeClock) -> None:
     """A POST that got a 503 may have had effects: not sent again."""
     script = Script([(503, {}, b""), (200, {}, b"")])
@@ -158,6 +162,7 @@ def test_a_post_is_not_retried_after_a_503(clock: FakeClock) -> None:
     assert len(script.seen) == 1
 
 
+@pytest.mark.e2e
 def test_a_refusal_by_the_pacer_is_an_aiohttp_client_error(clock: FakeClock) -> None:
     """
     An origin closed for 100 s (a 503's Retry-After beyond max_retry_after): the next call
@@ -194,6 +199,7 @@ def free_port() -> int:
     return port
 
 
+@pytest.mark.e2e
 def test_a_refused_connection_is_a_connect_error_retried_for_any_method(clock: FakeClock) -> None:
     """Nothing listens: a POST is retried (it was never sent), then aiohttp's error is raised."""
     retries: list[str] = []
@@ -210,6 +216,7 @@ def test_a_refused_connection_is_a_connect_error_retried_for_any_method(clock: F
     assert retries == ["connect error", "connect error"]
 
 
+@pytest.mark.e2e
 def test_the_deadline_cuts_an_attempt_that_hangs() -> None:
     """A server that never answers: the attempt ends at the policy's deadline, a timeout."""
     script = Script([(200, {}, b"")])
@@ -235,6 +242,7 @@ async def _chunks() -> AsyncIterator[bytes]:
     yield b"stream"
 
 
+@pytest.mark.e2e
 def test_bodies_in_memory_are_sent_again_and_a_stream_is_not(clock: FakeClock) -> None:
     """bytes, text, JSON, a form and a file are replayed whole on a retry; a generator is not."""
     form = aiohttp.FormData({"a": "1"})
@@ -270,3 +278,27 @@ def test_import_smoothclient_aiohttp_is_the_edge() -> None:
     assert issubclass(RateLimitedError, aiohttp.ClientError)
     with pytest.raises(TypeError, match="policy must be a RetryPolicy"):
         SmoothMiddleware(policy=3)  # type: ignore[arg-type]
+
+
+def test_import_smoothclient_imports_no_aiohttp() -> None:
+    """The package's public names load without aiohttp; smoothclient.aiohttp brings it."""
+    code = (
+        "import sys, smoothclient; smoothclient.RetryPolicy; smoothclient.record_of; "
+        "print('aiohttp' in sys.modules); import smoothclient.aiohttp; "
+        "print('aiohttp' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_without_aiohttp_the_import_says_which_extra() -> None:
+    """A missing aiohttp is an ImportError naming the extra to install."""
+    code = (
+        "import sys; sys.modules['aiohttp'] = None\n"
+        "try:\n"
+        "    import smoothclient.aiohttp\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'smoothclient[aiohttp]'" in out.stdout
