@@ -16,6 +16,7 @@ policy's ``timeout`` cuts each attempt at what is left of the call's deadline.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import operator
 import random
@@ -52,6 +53,15 @@ _KINDS: tuple[tuple[type[BaseException], ErrorKind], ...] = (
 _NOT_SENT = (aiohttp.ConnectionTimeoutError, aiohttp.ClientConnectorError)
 #: Transport errors that no retry mends: a certificate the client refuses stays refused.
 _FINAL = (aiohttp.ClientConnectorCertificateError,)
+
+#: The errors after which aiohttp itself sends an idempotent request once more, middlewares
+#: and all (meant for a pooled connection the server had closed).
+_RESENT_AFTER = (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)
+#: The call of this task that last gave up with one of those errors: the session's timer of
+#: its request (the same object for aiohttp's resend of it) and the error.
+_GAVE_UP: contextvars.ContextVar[tuple[object, BaseException] | None] = contextvars.ContextVar(
+    "smoothclient_aiohttp_gave_up", default=None
+)
 
 #: ``CIMultiDictProxy``: its names (all of them, in C) and its pairs.
 HEADER_ACCESS = FieldAccess(operator.methodcaller("keys"), operator.methodcaller("items"))
@@ -137,6 +147,20 @@ def _replayable(request: aiohttp.ClientRequest) -> bool:
     return isinstance(body, bytes) or not body.consumed
 
 
+def _resent(timer: object) -> None:
+    """
+    A call gave up in this task: if aiohttp is sending its request again, raise its error.
+
+    The call already spent its attempts on that error (a closed connection among them):
+    aiohttp's resend would start it over, attempts and all, doubling what a failing origin
+    gets.  Anything else clears the mark.
+    """
+    gave_up = _GAVE_UP.get()
+    _GAVE_UP.set(None)
+    if gave_up is not None and timer is not None and gave_up[0] is timer:
+        raise gave_up[1]
+
+
 class RateLimitedError(RateLimited, aiohttp.ClientError):
     """
     :class:`~smoothclient.RateLimited` from :class:`SmoothMiddleware`: an ``aiohttp.ClientError``.
@@ -204,6 +228,9 @@ class SmoothMiddleware(Edge):
         self, request: aiohttp.ClientRequest, handler: Handler
     ) -> aiohttp.ClientResponse:
         """Send ``request`` through the retry flow; return the last response."""
+        timer = getattr(request, "_timer", None)  # aiohttp's own: one per session.request()
+        if _GAVE_UP.get() is not None:
+            _resent(timer)
         core = self._core.under()
         try:
             sent, record = await core.call_async(
@@ -218,6 +245,10 @@ class SmoothMiddleware(Edge):
             )
         except RateLimited as exc:
             raise _rate_limited(exc, request) from exc
+        except _RESENT_AFTER as exc:
+            if timer is not None:
+                _GAVE_UP.set((timer, exc))
+            raise
         response = sent.response
         response.smoothclient = record  # type: ignore[attr-defined]
         return response

@@ -217,6 +217,42 @@ def test_a_refused_connection_is_a_connect_error_retried_for_any_method(clock: F
 
 
 @pytest.mark.e2e
+def test_a_closed_connection_is_retried_and_aiohttp_does_not_start_the_call_over(
+    clock: FakeClock,
+) -> None:
+    """
+    A server that closes every connection unanswered: 3 attempts, then aiohttp's error.
+
+    aiohttp sends an idempotent request once more after that error, middlewares and all: the
+    call already spent its attempts, so that resend is not sent (3 requests, not 6).  The next
+    call of the same task is a call of its own, with its own attempts.
+    """
+    accepted = 0
+
+    async def close_unanswered(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal accepted
+        await reader.readuntil(b"\r\n\r\n")
+        accepted += 1
+        writer.close()
+
+    async def main() -> list[int]:
+        server = await asyncio.start_server(close_unanswered, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+        counts = []
+        async with server:
+            for _ in range(2):
+                with pytest.raises(aiohttp.ServerDisconnectedError) as caught:
+                    await fetch(url, middleware(clock))
+                record = record_of(caught.value)
+                assert record is not None
+                assert record.reasons == ["protocol error", "protocol error"]
+                counts.append(accepted)
+        return counts
+
+    assert run(main) == [3, 6]
+
+
+@pytest.mark.e2e
 def test_the_deadline_cuts_an_attempt_that_hangs() -> None:
     """A server that never answers: the attempt ends at the policy's deadline, a timeout."""
     script = Script([(200, {}, b"")])
