@@ -126,6 +126,15 @@ class RetryPolicy:
         retry_on_errors: retry transport errors (connection failures, timeouts).
         retry_forbidden_with_hints: retry a 403 that carries ``Retry-After`` or an exhausted quota
             (GitHub's rate limits answer 403).
+        retry_throttled_any_method: retry a 429, or a 503 with ``Retry-After``, whatever the
+            method (a POST too): the server did not act on the request (RFC 6585), so sending
+            it again does nothing twice.  ``False``: only the methods of ``retry_methods`` (or
+            an idempotency key) are retried after a 429.
+        cut_attempts: whether ``timeout`` also cuts an attempt in progress.  ``True``: an
+            attempt ends when the deadline does; ``False``: the deadline bounds waiting and
+            retrying only, and an attempt runs as long as the client's own timeout allows (a
+            long generation, a stream); ``None`` (default): the edge decides (``True``, except
+            on a transport made for an SDK, ``sdk=True``).
         budget: the :class:`RetryBudget` (default :data:`DEFAULT_BUDGET`; ``None``: none).
         on_retry: called with a :class:`~smoothclient.RetryEvent` before each wait, after the
             failed response is closed; an exception it raises ends the call and propagates.
@@ -148,6 +157,8 @@ class RetryPolicy:
     respect_retry_after: bool = True
     retry_on_errors: bool = True
     retry_forbidden_with_hints: bool = True
+    retry_throttled_any_method: bool = True
+    cut_attempts: bool | None = None
     budget: RetryBudget | None = DEFAULT_BUDGET
     on_retry: Callable[[RetryEvent], None] | None = field(default=None, compare=False)
     on_success: Callable[[CallEnded], None] | None = field(default=None, compare=False)
@@ -182,6 +193,9 @@ class RetryPolicy:
             if hook is not None and not callable(hook):
                 msg = f"{name} must be callable or None, not {type(hook).__name__}"
                 raise TypeError(msg)
+        if self.cut_attempts is not None and not isinstance(self.cut_attempts, bool):
+            msg = f"cut_attempts must be True, False or None, not {self.cut_attempts!r}"
+            raise TypeError(msg)
         if self.idempotency_header is not None and not isinstance(self.idempotency_header, str):
             msg = "idempotency_header must be a header name or None"
             raise TypeError(msg)

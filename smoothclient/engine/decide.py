@@ -201,9 +201,21 @@ def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | 
         return GiveUp(f"status {status}: the server said not to retry")
     if not retryable_status(policy, status, hints):
         return GiveUp(f"status {status} is not retried", final=True)
-    if not idempotent:
+    if not idempotent and not (state.idempotent is None and _unacted(policy, status, hints)):
         return GiveUp(f"status {status}: {state.method} is not idempotent")
     return f"status {status}"
+
+
+def _unacted(policy: RetryPolicy, status: int, hints: Hints) -> bool:
+    """
+    A throttling answer: the server did not act on the request, so any method may go again.
+
+    A 429 (RFC 6585), or a 503 that says when to come back; unless the policy says otherwise
+    (``retry_throttled_any_method=False``) or the caller declared the call not idempotent.
+    """
+    return policy.retry_throttled_any_method and (
+        status == 429 or (status == 503 and hints.retry_after is not None)
+    )
 
 
 def _server_shift(policy: RetryPolicy, outcome: Outcome) -> tuple[float, float] | GiveUp:

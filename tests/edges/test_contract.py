@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import anyio
 import httpx
+import httpx2
 import pytest
 import requests
 from aiohttp import web
@@ -32,6 +33,7 @@ from smoothclient import (
     SmoothAdapter,
     SmoothTransport,
 )
+from smoothclient import httpx2 as smooth_httpx2
 from smoothclient.aiohttp import SmoothMiddleware
 from smoothclient.testing import FakeClock
 
@@ -72,45 +74,50 @@ class Server:
 Call = Callable[[Server, RetryPolicy, FakeClock, str], Result]
 
 
-def _httpx_sync(server: Server, policy: RetryPolicy, clock: FakeClock, method: str) -> Result:
-    def handler(request: httpx.Request) -> httpx.Response:
-        try:
-            status, headers = server.next()
-        except Refused as exc:
-            raise httpx.ConnectError("refused", request=request) from exc
-        return httpx.Response(status, headers=headers, content=b"body")
+def _httpx_sync(lib: Any, smooth: Any) -> Call:
+    """The sync transport of ``lib`` (``httpx`` or ``httpx2``): ``smooth`` is its class."""
 
-    transport = SmoothTransport(
-        httpx.MockTransport(handler), policy=policy, pacer=Pacer(clock=clock), sleep=clock.sleep
-    )
-    with httpx.Client(transport=transport) as client:
-        try:
-            response = client.request(method, URL)
-        except httpx.HTTPError as exc:
-            return Result(None, getattr(exc, "smoothclient", {}), exc, server.sent)
-    return Result(response.status_code, response.extensions["smoothclient"], None, server.sent)
-
-
-def _httpx_async(backend: str) -> Call:
     def call(server: Server, policy: RetryPolicy, clock: FakeClock, method: str) -> Result:
-        async def handler(request: httpx.Request) -> httpx.Response:
+        def handler(request: Any) -> Any:
             try:
                 status, headers = server.next()
             except Refused as exc:
-                raise httpx.ConnectError("refused", request=request) from exc
-            return httpx.Response(status, headers=headers, content=b"body")
+                raise lib.ConnectError("refused", request=request) from exc
+            return lib.Response(status, headers=headers, content=b"body")
+
+        transport = smooth(
+            lib.MockTransport(handler), policy=policy, pacer=Pacer(clock=clock), sleep=clock.sleep
+        )
+        with lib.Client(transport=transport) as client:
+            try:
+                response = client.request(method, URL)
+            except lib.HTTPError as exc:
+                return Result(None, getattr(exc, "smoothclient", {}), exc, server.sent)
+        return Result(response.status_code, response.extensions["smoothclient"], None, server.sent)
+
+    return call
+
+
+def _httpx_async(backend: str, lib: Any = httpx, smooth: Any = AsyncSmoothTransport) -> Call:
+    def call(server: Server, policy: RetryPolicy, clock: FakeClock, method: str) -> Result:
+        async def handler(request: Any) -> Any:
+            try:
+                status, headers = server.next()
+            except Refused as exc:
+                raise lib.ConnectError("refused", request=request) from exc
+            return lib.Response(status, headers=headers, content=b"body")
 
         async def main() -> Result:
-            transport = AsyncSmoothTransport(
-                httpx.MockTransport(handler),
+            transport = smooth(
+                lib.MockTransport(handler),
                 policy=policy,
                 pacer=Pacer(clock=clock),
                 sleep=clock.async_sleep,
             )
-            async with httpx.AsyncClient(transport=transport) as client:
+            async with lib.AsyncClient(transport=transport) as client:
                 try:
                     response = await client.request(method, URL)
-                except httpx.HTTPError as exc:
+                except lib.HTTPError as exc:
                     return Result(None, getattr(exc, "smoothclient", {}), exc, server.sent)
             record = response.extensions["smoothclient"]
             return Result(response.status_code, record, None, server.sent)
@@ -197,9 +204,12 @@ def _aiohttp(server: Server, policy: RetryPolicy, clock: FakeClock, method: str)
 
 
 EDGES: dict[str, Call] = {
-    "httpx": _httpx_sync,
+    "httpx": _httpx_sync(httpx, SmoothTransport),
     "httpx-asyncio": _httpx_async("asyncio"),
     "httpx-trio": _httpx_async("trio"),
+    "httpx2": _httpx_sync(httpx2, smooth_httpx2.SmoothTransport),
+    "httpx2-asyncio": _httpx_async("asyncio", httpx2, smooth_httpx2.AsyncSmoothTransport),
+    "httpx2-trio": _httpx_async("trio", httpx2, smooth_httpx2.AsyncSmoothTransport),
     "requests": _requests,
     "aiohttp": _aiohttp,
 }
@@ -293,3 +303,20 @@ def test_the_last_error_is_raised_with_the_record(edge: Call) -> None:
     assert result.record["attempts"] == 3
     assert result.error is not None
     assert any("3 attempt(s)" in note for note in getattr(result.error, "__notes__", []))
+
+
+@pytest.mark.parametrize("headers", [{}, {"Retry-After": "1"}])
+def test_a_throttled_post_is_retried(edge: Call, headers: dict[str, str]) -> None:
+    """A 429 (or a 503 saying when to come back): the server did not act, so a POST goes again."""
+    status = 503 if headers else 429
+    result = run(edge, [(status, headers), (200, {})], method="POST")
+    assert (result.status, result.sent) == (200, 2)
+    assert result.record["reasons"][0].startswith(f"status {status}")
+
+
+def test_a_throttled_post_is_not_retried_when_the_policy_says_so(edge: Call) -> None:
+    """retry_throttled_any_method=False: a 429 is retried for idempotent methods only."""
+    policy = POLICY.replace(retry_throttled_any_method=False)
+    result = run(edge, [(429, {}), (200, {})], policy, method="POST")
+    assert (result.status, result.sent) == (429, 1)
+    assert "not idempotent" in result.record["gave_up"]

@@ -57,7 +57,7 @@ class _Backend(httpcore.NetworkBackend):
 
 def test_outside_an_attempt_nothing_changes() -> None:
     inner = _Stream()
-    stream = _CutStream(inner)
+    stream = _CutStream(inner, httpcore)
     assert stream.read(10, 5.0) == b"x"
     stream.write(b"y", None)
     assert inner.waits == [("read", 5.0), ("write", None)]
@@ -66,7 +66,7 @@ def test_outside_an_attempt_nothing_changes() -> None:
 
 def test_within_an_attempt_each_wait_ends_with_it() -> None:
     backend = _Backend()
-    cut = _CutBackend(backend)
+    cut = _CutBackend(backend, httpcore)
     token = ENDS.set(time.monotonic() + 2.0)
     try:
         stream = cut.connect_tcp("h", 1, timeout=30.0)
@@ -91,13 +91,13 @@ def test_within_an_attempt_each_wait_ends_with_it() -> None:
 )
 def test_no_wait_starts_once_the_attempt_is_over(wait: str, error: type[Exception]) -> None:
     inner = _Stream()
-    stream = _CutStream(inner)
+    stream = _CutStream(inner, httpcore)
     token = ENDS.set(time.monotonic() - 0.01)
     try:
         with pytest.raises(error):
             stream.read(10, 5.0) if wait == "read" else stream.write(b"y", 5.0)
         with pytest.raises(httpcore.ConnectTimeout):
-            _CutBackend(_Backend()).connect_tcp("h", 1, 5.0)
+            _CutBackend(_Backend(), httpcore).connect_tcp("h", 1, 5.0)
     finally:
         ENDS.reset(token)
     assert inner.waits == []

@@ -149,6 +149,31 @@ def test_post_is_not_retried_on_status() -> None:
     assert "not idempotent" in d.reason
 
 
+@pytest.mark.parametrize(
+    ("status", "hints", "retried"),
+    [
+        (429, Hints(), True),
+        (503, Hints(retry_after=2.0), True),
+        (503, Hints(), False),
+        (500, Hints(retry_after=2.0), False),
+    ],
+)
+def test_a_throttled_post_is_retried(status: int, hints: Hints, retried: bool) -> None:
+    """A 429, or a 503 with Retry-After, says the server did not act: any method goes again."""
+    d = run(Outcome.from_status(status, hints), state=CallState(started=0, method="POST"))
+    assert isinstance(d, Retry) is retried
+
+
+def test_a_throttled_call_declared_not_idempotent_is_not_retried() -> None:
+    """The caller's word wins: idempotent=False (``@retry``'s) or the policy's switch."""
+    state = CallState(started=0, method="POST", idempotent=False)
+    assert isinstance(run(Outcome.from_status(429), state=state), GiveUp)
+    policy = POLICY.replace(retry_throttled_any_method=False)
+    d = run(Outcome.from_status(429), policy=policy, state=CallState(started=0, method="POST"))
+    assert isinstance(d, GiveUp)
+    assert "not idempotent" in d.reason
+
+
 def test_post_with_idempotency_key_is_retried() -> None:
     state = CallState(started=0, method="POST", has_idempotency_key=True)
     assert isinstance(run(Outcome.from_status(503), state=state), Retry)

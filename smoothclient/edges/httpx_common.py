@@ -1,0 +1,528 @@
+"""
+The httpx family's edge, once: the transports of httpx and of httpx2 are both made from it.
+
+httpx2 is httpx's continuation under another name: the same classes, defined again in its own
+modules (``httpx2.Response`` is not ``httpx.Response``, and each client checks that a
+transport's response is its own kind).  So nothing here imports either library: a
+:class:`Family` is built from a library's module (``httpx`` with ``httpcore``, or ``httpx2``
+with ``httpcore2``) and holds everything that names its classes; :class:`SyncEdge` and
+:class:`AsyncEdge` are the transports' whole behaviour, reading their library from the
+class's ``family``.  :mod:`.httpx_transport` and :mod:`smoothclient.httpx2` declare the
+public classes on top: a base class of the library, a family, and a docstring.
+
+The SDK mode (``sdk=True``) is for the clients an SDK builds on top (OpenAI's, Anthropic's):
+a call the pacer refuses comes back as a 429 with ``Retry-After`` (the SDK raises its own
+rate-limit error, not a connection error), a response given up on says ``x-should-retry:
+false`` (the SDK does not retry what was retried here), an SDK's own retry (its
+``x-stainless-retry-count`` header above 0) makes one attempt, and the deadline never cuts an
+attempt the client's own timeout allows (docs/clients.md).
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from types import ModuleType
+from typing import Any, ClassVar, Generic, NoReturn, Protocol, TypeVar
+
+from ..engine.decide import ErrorKind
+from ..errors import RateLimited
+from ..hints import GENERIC, FieldAccess, wants_body
+from ..pacing.keys import origin_key
+from ..pacing.pacer import PacerLike
+from ..pacing.scopes import ScopeFn
+from ..policy import RetryPolicy
+from .base import Edge, EdgeCore, RequestInfo, drainable
+from .flow import Failure, Reply
+from .httpx_deadline import ENDS, cut_at_deadline
+
+__all__ = ["SDK_RETRY_COUNT", "AsyncEdge", "Family", "SyncEdge"]
+
+#: The header the Stainless-built SDKs (OpenAI, Anthropic) send: how many retries of theirs
+#: this request is (``0`` on the first try).
+SDK_RETRY_COUNT = "x-stainless-retry-count"
+_SECOND = operator.itemgetter(1)
+_LOWER_AND_VALUE = operator.itemgetter(1, 2)
+_WRONG_CLIENT = "{0} needs {1} (this transport is for the other kind of client)"
+
+
+class _Sends(Protocol):
+    """A sync transport of the family (``httpx.BaseTransport``, ``httpx2.BaseTransport``)."""
+
+    def handle_request(self, request: Any) -> Any: ...
+    def close(self) -> None: ...
+
+
+class _SendsAsync(Protocol):
+    """An async transport of the family."""
+
+    async def handle_async_request(self, request: Any) -> Any: ...
+    async def aclose(self) -> None: ...
+
+
+#: The library's transport class a public class wraps (``httpx.BaseTransport``, ...).
+T = TypeVar("T")
+S = TypeVar("S", bound=_Sends)
+A = TypeVar("A", bound=_SendsAsync)
+
+
+def _names(headers: Any) -> list[bytes]:
+    return list(map(_SECOND, headers._list))
+
+
+def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
+    return map(_LOWER_AND_VALUE, headers._list)
+
+
+class Family:
+    """
+    One library of the httpx family and what the edge needs of it.
+
+    Args:
+        lib: the library's module (``httpx`` or ``httpx2``).
+        core: its connection library's module (``httpcore`` or ``httpcore2``).
+        other: where the transports for the other library are, for errors
+            (``"smoothclient.httpx2"`` for httpx, ``"smoothclient"`` for httpx2).
+    """
+
+    def __init__(self, lib: ModuleType, core: ModuleType, other: str) -> None:
+        """Read every class the edge uses from ``lib`` once."""
+        self.lib, self.core, self.other = lib, core, other
+        self.name = lib.__name__
+        self.Request: type[Any] = lib.Request
+        self.Response: type[Any] = lib.Response
+        self.transport_error: type[Exception] = lib.TransportError
+        self.not_sent = (lib.ConnectError, lib.ConnectTimeout, lib.PoolTimeout)
+        self.kinds: tuple[tuple[type[Exception], ErrorKind], ...] = (
+            (lib.ConnectError, "connect"),
+            (lib.ConnectTimeout, "connect"),
+            (lib.PoolTimeout, "pool"),
+            (lib.TimeoutException, "timeout"),
+            (lib.ReadError, "read"),
+            (lib.WriteError, "write"),
+            (lib.RemoteProtocolError, "protocol"),
+        )
+        self.body_errors = (lib.HTTPError, lib.StreamError)
+        self.access = self._fast_access()
+
+    def _fast_access(self) -> FieldAccess:
+        """
+        Read the library's ``Headers`` through their ``(raw, lowercased, value)`` byte triples.
+
+        That costs far less than the public views, which decode every entry.  Checked once, so
+        another layout falls back to the public views.
+        """
+        try:
+            sample = self.lib.Headers({"X-A": "b"})._list
+        except AttributeError:  # pragma: no cover - a future httpx
+            return GENERIC
+        return FieldAccess(_names, _pairs) if sample == [(b"X-A", b"x-a", b"b")] else GENERIC
+
+    def failure(self, exc: Exception) -> Failure | None:
+        """Classify a transport error; ``None`` for anything else (re-raised)."""
+        if not isinstance(exc, self.transport_error):
+            return None
+        kind: ErrorKind = next((k for t, k in self.kinds if isinstance(exc, t)), "other")
+        return Failure(kind, sent=not isinstance(exc, self.not_sent), exception=exc)
+
+    def reply(self, response: Any) -> Reply:
+        """The flow's view of a response, with its JSON error body if read (docs/headers.md R15)."""
+        status, headers = response.status_code, response.headers
+        if wants_body(status, headers):
+            try:
+                return Reply(status, headers, response.content)
+            except self.lib.ResponseNotRead:
+                pass
+        return Reply(status, headers)
+
+    def wrong_request(self, request: object, transport: str) -> TypeError:
+        """A request of another library: say which transport its client needs."""
+        kind = type(request).__module__.partition(".")[0]
+        msg = (
+            f"this {transport} sends with {self.name}, but an {kind} client was given it: "
+            f"use {self.other}.{transport} with {kind}"
+        )
+        return TypeError(msg)
+
+    def refusal(self, exc: RateLimited, request: Any, record: dict[str, Any]) -> Any:
+        """
+        A refused call as an SDK understands it: a 429 with ``Retry-After``, never sent.
+
+        ``x-should-retry: false`` too: the SDK's own retry would come sooner than the pacer
+        said (docs/clients.md).
+        """
+        headers = {
+            "retry-after": f"{max(exc.retry_after, 0.0):.3f}",
+            "x-should-retry": "false",
+            "content-type": "application/json",
+        }
+        body = b'{"error": {"type": "rate_limit_error", "message": "%s"}}' % (
+            str(exc).replace('"', "'").encode("utf-8", "replace")
+        )
+        response = self.Response(429, headers=headers, content=body, request=request)
+        response.extensions["smoothclient"] = record
+        return response
+
+
+def _read(response: Any) -> Any:
+    """
+    Read a small JSON error body (sync responses), so :meth:`Family.reply` can use it.
+
+    A body that fails to read (a reset, a read timeout) fails the attempt with that error:
+    the response could not be handed over whole, retried or not.
+    """
+    if response.status_code >= 400 and wants_body(response.status_code, response.headers):
+        try:
+            response.read()
+        except BaseException:
+            response.close()  # give the connection back
+            raise
+    return response
+
+
+async def _aread(response: Any) -> Any:
+    """Async twin of :func:`_read`."""
+    if response.status_code >= 400 and wants_body(response.status_code, response.headers):
+        try:
+            await response.aread()
+        except BaseException:
+            import anyio  # only here: a cancelled read must still close the response
+
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+            raise
+    return response
+
+
+async def _bounded(
+    attempt: Coroutine[Any, Any, Any], left: float, request: Any, timeout: Callable[..., Exception]
+) -> Any:
+    """
+    ``attempt`` cut as a whole at ``left`` seconds, raising the library's ``ReadTimeout``.
+
+    Each read's own timeout bounds one read only: a header block dripped a byte at a time
+    would hold the attempt past the call's deadline.  A cancel scope bounds the whole
+    attempt (``asyncio.timeout`` on asyncio, ``anyio`` elsewhere, e.g. trio).  The sync
+    transport ends every network wait with the attempt instead (:mod:`.httpx_deadline`).
+    """
+    import asyncio  # imported here: only async callers come this way, and it is cheap then
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio): anyio's scope follows the running library
+        import anyio
+
+        with anyio.move_on_after(left):
+            return await attempt
+        raise _deadline_passed(request, left, timeout) from None
+    timer = asyncio.timeout(left)
+    try:
+        async with timer:
+            return await attempt
+    except TimeoutError:
+        if not timer.expired():
+            raise  # not ours
+        raise _deadline_passed(request, left, timeout) from None
+
+
+def _deadline_passed(request: Any, left: float, timeout: Callable[..., Exception]) -> Exception:
+    msg = f"the attempt outlasted what was left of the call's deadline ({left:.3g} s)"
+    return timeout(msg, request=request)
+
+
+def _cut(request: Any, left: float | None) -> Any:
+    """The request with its timeouts cut to ``left`` seconds (what remains of the deadline)."""
+    if left is None:
+        return request
+    timeout = request.extensions.get("timeout")
+    if isinstance(timeout, dict):
+        try:
+            if max(timeout.values()) <= left:
+                return request  # the common case: every timeout ends before the deadline
+        except TypeError:  # a timeout of None (none at all) compares with nothing: cut it
+            pass
+        request.extensions["timeout"] = {
+            name: left if value is None else min(value, left) for name, value in timeout.items()
+        }
+    else:
+        request.extensions["timeout"] = dict.fromkeys(("connect", "read", "write", "pool"), left)
+    return request
+
+
+def _route(request: Any) -> tuple[str, str]:
+    """A request's method and path, for scopes."""
+    return request.method, request.url.path
+
+
+def _sdk_retry(request: Any) -> bool:
+    """Whether an SDK sends ``request`` as a retry of its own (its retry count above 0)."""
+    count = request.headers.get(SDK_RETRY_COUNT)
+    return count is not None and count.strip() not in ("", "0")
+
+
+class _Edge(Edge, Generic[T]):
+    """
+    What the sync and async transports share: construction, the request's facts, SDK mode.
+
+    Every constructor argument is taken here, once, for both transports and both libraries.
+    """
+
+    #: the library this class sends with (set by each public class)
+    family: ClassVar[Family]
+    #: the library's "rate limited" error (a ``TransportError`` of that library)
+    rate_limited_error: ClassVar[type[RateLimited]]
+    _sync: ClassVar[bool]
+
+    #: the transport that really sends
+    transport: T
+
+    def __init__(
+        self,
+        transport: T | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        pacer: PacerLike | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Any] | None = None,
+        scope: ScopeFn | None = None,
+        overrides: bool | None = None,
+        sdk: bool = False,
+        **policy_fields: Any,
+    ) -> None:
+        """Wrap ``transport`` (see the public classes for the arguments)."""
+        self._check_inner(transport)
+        if not isinstance(sdk, bool):
+            msg = f"sdk must be True or False, not {sdk!r}"
+            raise TypeError(msg)
+        fam = self.family
+        self._core = EdgeCore(
+            policy, pacer, rng, fam.access, _route, scope, policy_fields, overrides
+        )
+        if transport is None:
+            transport = fam.lib.HTTPTransport() if self._sync else fam.lib.AsyncHTTPTransport()
+        self.transport = transport  # the library's stock one when none was given
+        self._sleep = sleep if sleep is not None else self._default_sleep()
+        self.sdk = sdk
+        #: whether a stock sync transport's network waits can be cut at the deadline
+        self._cuts = self._sync and cut_at_deadline(transport, fam.core)
+
+    @staticmethod
+    def _default_sleep() -> Callable[[float], Any]:
+        return time.sleep
+
+    def _check_inner(self, transport: object) -> None:
+        """``transport`` (the one that really sends) is of the kind this edge wraps."""
+        lib, mine = self.family.lib, type(self).__name__
+        sync_kind, async_kind = lib.BaseTransport, lib.AsyncBaseTransport
+        kind = sync_kind if self._sync else async_kind
+        if transport is None or isinstance(transport, kind):
+            return
+        other = "AsyncSmoothTransport" if self._sync else "SmoothTransport"
+        sync = isinstance(transport, sync_kind)
+        if sync or isinstance(transport, async_kind):
+            what = "a sync" if sync else "an async"
+            msg = f"{mine} wraps {kind.__qualname__}s; {what} transport goes in {other}"
+        else:
+            name = type(transport).__name__
+            wanted = f"{self.family.name}.{kind.__qualname__}"
+            msg = f"{mine}'s transport must be an {wanted}, not {name}"
+        raise TypeError(msg)
+
+    @staticmethod
+    def _origin(request: Any) -> str:
+        url = request.url
+        return origin_key(url.scheme, url.raw_host, url.port)
+
+    def _info(self, request: Any) -> RequestInfo:
+        key = self._core.policy.idempotency_header
+        return RequestInfo(
+            request.method,
+            request.url.path,
+            key is not None and key in request.headers,
+            self._replayable(request),
+        )
+
+    def _replayable(self, request: Any) -> bool:
+        """
+        A request whose body is in memory can be sent again; a streaming generator cannot.
+
+        A body of bytes (``ByteStream``) is in memory even when unread: httpx builds a
+        redirect's request that way, and a GET redirected to a 503 was refused its retries.
+        """
+        lib = self.family.lib
+        try:
+            request.content  # noqa: B018 - raises RequestNotRead for streaming bodies
+        except lib.RequestNotRead:
+            return isinstance(request.stream, lib.ByteStream)
+        return True
+
+    def _core_for(self, request: Any) -> tuple[EdgeCore, bool]:
+        """The core this request runs with, and whether its attempts are cut at the deadline."""
+        fam = self.family
+        if not isinstance(request, fam.Request):
+            raise fam.wrong_request(request, type(self).__name__)
+        core = self._core.under(request.extensions.get("smoothclient"))
+        if self.sdk and _sdk_retry(request):
+            core = core.under({"attempts": 1})  # the SDK retries: no retries of ours on top
+        cut = core.policy.cut_attempts
+        return core, (not self.sdk) if cut is None else cut
+
+    def _ended(self, response: Any, record: dict[str, Any]) -> Any:
+        """The response handed over, with its record; in SDK mode a give-up says so."""
+        response.extensions["smoothclient"] = record
+        if self.sdk and record["gave_up"] is not None:
+            response.headers["x-should-retry"] = "false"  # retried here: not again there
+        return response
+
+    def _refused(self, exc: RateLimited, request: Any) -> Any:
+        """A call the pacer refused: the SDK's 429, or the library's ``RateLimitedError``."""
+        record = getattr(exc, "smoothclient", {})
+        if self.sdk:
+            return self.family.refusal(exc, request, record)
+        made: Any = self.rate_limited_error  # a RateLimitedMixin: takes the request
+        error = made(str(exc), retry_after=exc.retry_after, request=request)
+        error.smoothclient = record
+        raise error from exc
+
+
+class SyncEdge(_Edge[S]):
+    """The sync transport of either library (see :class:`smoothclient.SmoothTransport`)."""
+
+    _sync = True
+
+    def handle_request(self, request: Any) -> Any:
+        """Send ``request`` through the retry flow; return the last response."""
+        core, cut = self._core_for(request)
+        fam = self.family
+        try:
+            response, record = core.call(
+                self._origin(request),
+                request,
+                self._info,
+                self._attempt if cut else self._whole,
+                fam.reply,
+                fam.failure,
+                self._discard,
+                self._sleep,
+            )
+        except RateLimited as exc:
+            return self._refused(exc, request)
+        return self._ended(response, record)
+
+    async def __aenter__(self) -> NoReturn:
+        """An async client was given this sync transport: say which one it needs."""
+        client = f"{self.family.name}.AsyncClient"
+        raise TypeError(_WRONG_CLIENT.format(client, "AsyncSmoothTransport"))
+
+    async def handle_async_request(self, request: Any) -> NoReturn:
+        """An async client was given this sync transport: say which one it needs."""
+        client = f"{self.family.name}.AsyncClient"
+        raise TypeError(_WRONG_CLIENT.format(client, "AsyncSmoothTransport"))
+
+    def _attempt(self, request: Any, left: float | None) -> Any:
+        if left is None or not self._cuts:
+            return _read(self.transport.handle_request(_cut(request, left)))
+        token = ENDS.set(time.monotonic() + left)  # every network wait ends with the attempt
+        try:
+            return _read(self.transport.handle_request(_cut(request, left)))
+        finally:
+            ENDS.reset(token)
+
+    def _whole(self, request: Any, left: float | None) -> Any:
+        """An attempt the deadline does not cut (``cut_attempts``: the client's timeout does)."""
+        return _read(self.transport.handle_request(request))
+
+    def _discard(self, response: Any) -> None:
+        try:
+            if drainable(response.headers) and not response.is_stream_consumed:
+                response.read()
+        except self.family.body_errors:
+            pass  # a body that failed to read once is not read again
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        """Close the wrapped transport."""
+        self.transport.close()
+
+
+async def _anyio_sleep(seconds: float) -> None:
+    import anyio  # imported on first use: httpx itself needs it only for its async client
+
+    await anyio.sleep(seconds)
+
+
+class AsyncEdge(_Edge[A]):
+    """The async transport of either library (see :class:`smoothclient.AsyncSmoothTransport`)."""
+
+    _sync = False
+
+    @staticmethod
+    def _default_sleep() -> Callable[[float], Any]:
+        return _anyio_sleep
+
+    async def handle_async_request(self, request: Any) -> Any:
+        """Send ``request`` through the retry flow; return the last response."""
+        core, cut = self._core_for(request)
+        fam = self.family
+        try:
+            response, record = await core.call_async(
+                self._origin(request),
+                request,
+                self._info,
+                self._attempt if cut else self._whole,
+                fam.reply,
+                fam.failure,
+                self._discard,
+                self._sleep,
+            )
+        except RateLimited as exc:
+            return self._refused(exc, request)
+        return self._ended(response, record)
+
+    def __enter__(self) -> NoReturn:
+        """A sync client was given this async transport: say which one it needs."""
+        raise TypeError(_WRONG_CLIENT.format(f"{self.family.name}.Client", "SmoothTransport"))
+
+    def handle_request(self, request: Any) -> NoReturn:
+        """A sync client was given this async transport: say which one it needs."""
+        raise TypeError(_WRONG_CLIENT.format(f"{self.family.name}.Client", "SmoothTransport"))
+
+    async def _attempt(self, request: Any, left: float | None) -> Any:
+        if left is None:
+            return await self._whole(request, left)
+        timeout = self.family.lib.ReadTimeout
+        return await _bounded(self._whole(request, left, cut=True), left, request, timeout)
+
+    async def _whole(self, request: Any, left: float | None, *, cut: bool = False) -> Any:
+        sent = _cut(request, left) if cut else request
+        return await _aread(await self.transport.handle_async_request(sent))
+
+    async def _discard(self, response: Any) -> None:
+        try:
+            if drainable(response.headers) and not response.is_stream_consumed:
+                await response.aread()
+        except self.family.body_errors:
+            pass  # a body that failed to read once is not read again
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        """Close the wrapped transport."""
+        await self.transport.aclose()
+
+
+class RateLimitedMixin(RateLimited):
+    """
+    :class:`~smoothclient.RateLimited` as a library's ``TransportError`` (each declares one).
+
+    The call gave up before sending, because the pacer would have held it past its deadline or
+    ``max_retry_after``; ``retry_after`` says for how long.
+    """
+
+    def __init__(self, message: str, *, retry_after: float, request: Any) -> None:
+        """The message, the delay and the request not sent."""
+        RateLimited.__init__(self, message, retry_after=retry_after)
+        self._request = request
