@@ -264,7 +264,7 @@ class CallFlow:
             )
             if not admission.granted:
                 down = yield from stepwise(self.tracker).read(outage.down_for(now))
-                return self._refused(admission.delay, now, deadline, down)
+                return self._refused(admission.delay, now, deadline, down, admission.closed_for)
             if admission.final:
                 break
             yield from self._held(admission.delay, now)
@@ -296,7 +296,12 @@ class CallFlow:
         return True
 
     def _refused(
-        self, delay: float, now: float, deadline: float | None, down: float | None
+        self,
+        delay: float,
+        now: float,
+        deadline: float | None,
+        down: float | None,
+        closed: float | None = None,
     ) -> bool:
         left = "no deadline" if deadline is None else f"{max(0.0, deadline - now):.3g} s left"
         reason = (
@@ -305,8 +310,12 @@ class CallFlow:
         )
         if down is not None:
             reason += f"; it has failed every request for {down:.3g} s, next probe in {delay:.3g} s"
+        if closed is not None:
+            reason += (
+                f"; the server said its quota is spent: closed until its reset in {closed:.3g} s"
+            )
         if self.record.attempts == 0:
-            raise RateLimited(f"{self.describe}: {reason}", retry_after=delay)
+            raise RateLimited(f"{self.describe}: {reason}", retry_after=max(delay, closed or 0.0))
         self.record.gave_up = reason
         return False
 

@@ -209,6 +209,8 @@ def clamped(state: OriginState, now: float, max_gate: float) -> OriginState:
     state.pace.tat = min(state.pace.tat, latest)
     if state.reset_at is not None:
         state.reset_at = min(state.reset_at, latest)
+    if state.closed is not None:
+        state.closed = min(state.closed, latest)
     b = state.outage
     b.closed_until = min(b.closed_until, latest)
     b.release_until = min(b.release_until, latest)

@@ -263,7 +263,7 @@ def _ledger(
         now >= o.reset_at or (reset_after is not None and now + reset_after > o.reset_at + 0.001)
     )
     if new_window:
-        o.exhausted = None  # a spent quota's period ends with its window
+        o.exhausted = o.closed = None  # a spent quota's period ends with its window
         o.guess_whole = True
         sharing = o.kind == "window" and not alone  # a bucket's mirror paces it
         if sharing:
@@ -287,7 +287,7 @@ def _ledger(
     if o.exhausted is None or o.avail >= 1:
         o.given_back = 0
     if o.avail >= 1:
-        o.exhausted = None
+        o.exhausted = o.closed = None
         o.reset_probe = None
     elif reset_after is not None:  # spent since the first report that said so, until the reset
         o.exhausted = (now if o.exhausted is None else o.exhausted[0], now + reset_after)
@@ -422,6 +422,10 @@ def _quota(
         pace.burst = 1.0
     else:
         pace.rate = None
+    if throttled and hints.remaining <= 0 and o.reset_at is not None:
+        # the server said the quota is spent and when it resets: closed until then, whatever
+        # the limiter (a bucket's mirror would pace requests into it, each one refused)
+        o.closed = o.reset_at
     if owed and hints.remaining <= 0 and hints.reset_after is not None and o.kind == "bucket":
         # a bucket that throttled a request its mirror said it would admit: nothing before
         # its reset (a window's ledger waits for its own, and probes it; an unknown limiter

@@ -64,6 +64,10 @@ HORIZON = 0.25
 PROBE_POLL = 0.005
 #: After this many early probes in a row were rejected, a window's stated reset is trusted.
 EARLY_MISSES = 3
+#: A request goes into a quota stated spent at most this long before its stated reset (a
+#: probe of a reset stated late: GitHub rounds it up, slowapi adds a second).  Earlier ones
+#: knock on a closed door, which some APIs punish (GitHub may ban an integration for it).
+EARLY_MAX = 1.0
 #: How long the requests behind a window's reset probe wait for its answer, at most.
 PROBE_WAIT = 1.0
 #: Successes kept per origin (the last second's, for a learned rate): caps that estimate.
@@ -98,12 +102,15 @@ class Admission:
 
     ``delay``: seconds until the request may go.  ``final`` False means "ask again after
     ``delay``" (a cold-start probe is outstanding).  ``granted`` False means the slot would
-    fall beyond the caller's deadline and nothing was reserved.
+    fall beyond the caller's deadline and nothing was reserved; ``closed_for`` then says how
+    long until the reset of a quota the server stated spent, if that is what holds it.
     """
 
     delay: float
     final: bool = True
     granted: bool = True
+    # refused: the server said the quota is spent and resets in this many seconds
+    closed_for: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,8 @@ class OriginView:
     kind: Kind = "unknown"  # what the quota does between resets (see Kind)
     window: float | None = None  # the quota's window: limit over the mirrored rate, or guessed
     down_for: float | None = None  # how long the origin has been down (failing everything)
+    # a throttle said the quota is spent: closed for this long, until its stated reset
+    closed_for: float | None = None
 
 
 @dataclass(slots=True)
@@ -178,6 +187,9 @@ class OriginState:
     # takes the next (0: none said; -1: tried once when the misses ran out)
     early_floor: float = 0.0
     early_sent: tuple[float, float] | None = None  # an early probe: when, and the reset then
+    # a throttled answer said the quota is spent: nothing goes into it before this stated
+    # reset but one probe at most EARLY_MAX before it (see _slot)
+    closed: float | None = None
     # this client's share of a window's quota (see learning._share): below 1 only when
     # others spend the same quota, as the processes of a fleet that shares nothing do
     share: float = 1.0
@@ -257,7 +269,8 @@ def _plan(
             max(PROBE_POLL, (o.reset_probe or now) - now + PROBE_POLL), final=False
         ), None
     if deadline is not None and at > deadline:
-        return Admission(at - now, final=True, granted=False), None
+        closed = None if o.closed is None or o.closed <= now else o.closed - now
+        return Admission(at - now, final=True, granted=False, closed_for=closed), None
     if at - now > HORIZON:
         # too far ahead to fix a slot: the rate may change before then; ask again
         again = at - now - HORIZON / 2
@@ -315,21 +328,27 @@ def _slot(o: OriginState, at: float) -> float | None:
     reset, and after the reset one request goes alone: its answer says what the new window
     holds.
     """
-    if o.avail is None or o.avail >= 1 or (o.kind != "window" and o.pace.interval):
+    closed = o.closed is not None and at < o.closed
+    if o.avail is None or o.avail >= 1 or (o.kind != "window" and o.pace.interval and not closed):
         return o.pace.earliest(at)
     if o.reset_probe is not None and at < o.reset_probe + PROBE_WAIT:
         return None  # another request probes the reset
     reset = o.reset_at
     if reset is None:
         return at
-    if o.kind == "window" and o.early_misses < EARLY_MISSES and o.exhausted and at < reset:
+    if (
+        (o.kind == "window" or closed)
+        and o.early_misses < EARLY_MISSES
+        and o.exhausted
+        and at < reset
+    ):
         # A stated reset is a bound: servers round it up (GitHub) or add to it (slowapi adds
-        # a second).  One probe goes early: halfway at first, then as early before the
-        # stated reset as the last one that got through; a little later after a miss, and
-        # none after a few misses in a row.
+        # a second).  One probe goes early: halfway at first (EARLY_MAX at most), then as
+        # early before the stated reset as the last one that got through; a little later
+        # after a miss, and none after a few misses in a row.
         if o.early_lead is None:
-            return max(at, o.exhausted[0] + (reset - o.exhausted[0]) / 2)
-        return max(at, o.exhausted[0], reset - o.early_lead)
+            return max(at, reset - min(EARLY_MAX, (reset - o.exhausted[0]) / 2))
+        return max(at, o.exhausted[0], reset - min(EARLY_MAX, o.early_lead))
     return max(at, reset)
 
 
@@ -343,7 +362,7 @@ def _take(o: OriginState, at: float) -> None:
     o.first_seen = min(o.first_seen, at)
     o.period_sent += 1
     if o.avail is not None:
-        if o.avail < 1 and (o.kind == "window" or not o.pace.interval):
+        if o.avail < 1 and (o.kind == "window" or not o.pace.interval or o.closed is not None):
             o.reset_probe = at  # this request probes the reset; the others wait for its answer
             if o.reset_at is not None and at < o.reset_at:
                 o.early_sent = (at, o.reset_at)
@@ -425,6 +444,7 @@ def view(origin: str, o: OriginState, now: float) -> OriginView:
         o.kind,
         _window(o),
         None if o.outage.down_since is None else max(0.0, now - o.outage.down_since),
+        None if o.closed is None or o.closed <= now else o.closed - now,
     )
 
 

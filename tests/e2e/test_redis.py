@@ -64,6 +64,24 @@ def test_a_gate_closes_the_origin_for_the_whole_fleet(server: RedisServer) -> No
     assert admission.delay > 1.5
 
 
+def test_a_quota_one_process_saw_spent_is_closed_for_the_whole_fleet(server: RedisServer) -> None:
+    """No process of the fleet sends into it before its stated reset; a short deadline: refused."""
+    a, b = fleet(server)
+    a.track(ORIGIN).acquire(a.clock())
+    a.track(ORIGIN).sent()
+    spent = Hints(remaining=0, limit=30, reset_after=50.0)
+    a.track(ORIGIN).observe(403, spent, a.clock())
+    closed = b.view(ORIGIN).closed_for
+    assert closed is not None
+    assert 49.0 <= closed <= 50.0
+    refused = b.track(ORIGIN).acquire(b.clock(), deadline=b.clock() + 2.0)
+    assert not refused.granted
+    assert refused.closed_for is not None
+    assert refused.closed_for >= 49.0
+    later = b.track(ORIGIN).when(b.clock())
+    assert later.delay >= 49.0 - 1.0 - 0.25  # no earlier than a second before the reset
+
+
 def test_the_fleet_shares_its_state_and_the_fallback_is_this_process(
     server: RedisServer,
 ) -> None:

@@ -25,6 +25,7 @@ from smoothclient import (
     GITHUB_SCOPES,
     AsyncSmoothTransport,
     Pacer,
+    RateLimited,
     RetryPolicy,
     ScopeRequest,
     SmoothAdapter,
@@ -344,3 +345,72 @@ def test_a_scope_function_on_the_edge_keeps_models_apart(edge: Callable[..., Get
     assert wait >= 15
     assert set(pacer.scopes(ORIGIN)) == {"small", "large"}
     assert pacer.view(ORIGIN).gate_in == 0  # the origin itself never closed
+
+
+# ---------------------------------------------------------------------------- spent quotas
+
+
+def _spent(dialect: str, clock: FakeClock, sent: list[float]) -> Fake:
+    """A quota of 30 spent before the test began, resetting in 50 s, in one dialect."""
+    quota = Window(clock, 30, 60.0)
+    quota.used, quota.start = 30, clock() - 10
+
+    def answer(method: str, path: str) -> tuple[int, dict[str, str]]:
+        sent.append(clock())
+        ok = quota.take()
+        left, reset = quota.remaining, quota.reset_in
+        if dialect == "github":
+            headers = {
+                "x-ratelimit-limit": "30",
+                "x-ratelimit-remaining": str(left),
+                "x-ratelimit-reset": str(int(time.time() + reset + 0.999)),
+                "x-ratelimit-resource": "search",
+            }
+            return (200 if ok else 403), headers
+        if dialect == "x-ratelimit":
+            headers = {
+                "X-RateLimit-Limit": "30",
+                "X-RateLimit-Remaining": str(left),
+                "X-RateLimit-Reset-After": f"{reset:.3f}",
+            }
+        else:  # the IETF fields
+            headers = {
+                "RateLimit-Policy": '"q";q=30;w=60',
+                "RateLimit": f'"q";r={left};t={int(reset + 0.999)}',
+            }
+        return (200 if ok else 429), headers
+
+    return answer
+
+
+@pytest.mark.parametrize("dialect", ["github", "x-ratelimit", "ietf"])
+def test_a_spent_quota_is_never_knocked_on_before_its_reset(
+    edge: Callable[..., Get], dialect: str
+) -> None:
+    """
+    The first call learns the quota is spent; the next ones, whose deadline ends long before
+    its reset, are refused at once without sending, the reset in the error; after the reset
+    calls go again, the first of them no earlier than a second before the stated reset.
+    """
+    clock = FakeClock(1000.0)
+    pacer = Pacer(clock=clock, probe=0)
+    sent: list[float] = []
+    get = edge(_spent(dialect, clock, sent), pacer, clock, policy=RetryPolicy(timeout=2))
+    assert get("/search/code") in (403, 429)  # sent (nothing was known), the reset past 2 s
+    assert len(sent) == 1
+    for _ in range(3):
+        began = time.perf_counter()
+        with pytest.raises(RateLimited) as refused:
+            get("/search/code")
+        assert time.perf_counter() - began < 0.05  # no wait, no send
+        assert refused.value.retry_after >= 1050.0 - clock() - 1.0  # the reset, not sooner
+        assert "closed until its reset" in str(refused.value)
+        clock.advance(5.0)
+    assert len(sent) == 1
+    closed = pacer.scopes(ORIGIN) or {"": pacer.view(ORIGIN)}
+    assert any(v.closed_for is not None and 30 <= v.closed_for <= 51 for v in closed.values())
+    patient = edge(_spent(dialect, clock, sent), pacer, clock, policy=RetryPolicy(timeout=120))
+    sent.clear()
+    assert patient("/search/code") == 200
+    assert sent
+    assert sent[0] >= 1050.0 - 1.0  # near the stated reset, never long before

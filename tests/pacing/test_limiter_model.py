@@ -132,7 +132,9 @@ def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
     limiter = MovingWindow(20, 1.0, reset_bias=1.0)
     result = run_herd(limiter, "x", 100, stagger=stagger, spread=spread, seed=seed)
     assert result.failed == 0
-    assert result.ratio <= 1.15
+    # (1.15 before a quota a 429 stated spent was closed until its stated reset: the herd
+    # paced into a spent moving window got some through; now one probe goes near the reset)
+    assert result.ratio <= 1.2
     assert result.extra_429s_per_call <= 0.1
 
 
@@ -190,9 +192,11 @@ def test_when_early_probes_run_out_one_goes_where_retry_after_said() -> None:
         said = float(int(stated - at))  # slowapi's Retry-After
         rejected = Hints(remaining=0, limit=30, reset_after=stated - at, retry_after=said)
         learning.observe(o, s, 429, rejected, at, sent_at=at, counted=True)
-    assert probes == pytest.approx([2.0, 2.5, 2.875])  # halfway, then a quarter nearer
-    # they said 4.0, 3.5 and 3.875: the next probe goes at the earliest
-    assert _probe_early(o, s, probes[-1]) == pytest.approx(3.5)
+    # EARLY_MAX before the stated reset at first (never earlier), then a quarter nearer
+    assert probes == pytest.approx([3.0, 3.25, 3.4375])
+    # they said (truncated) 1, 0 and 0 s: the window takes the next 0.75 s before the stated
+    # reset at the earliest, which has passed: the next probe goes at once
+    assert _probe_early(o, s, 3.5) == pytest.approx(3.5)
     again = Hints(remaining=0, limit=30, reset_after=0.5, retry_after=0.0)
     learning.observe(o, s, 429, again, 3.5, sent_at=3.5, counted=True)
     assert o.early_misses >= st.EARLY_MISSES  # no more early probes

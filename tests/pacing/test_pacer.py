@@ -11,6 +11,7 @@ import pytest
 from smoothclient import GITHUB_SCOPES, Hints, Pacer, RetryBudget
 from smoothclient.pacing.learning import MAX_WINDOW_GUESSES
 from smoothclient.pacing.pacer import PacerLike
+from smoothclient.pacing.state import EARLY_MAX, Kind
 from smoothclient.pacing.store import MemoryTracker
 
 ORIGIN = "http://api.test:80"
@@ -120,16 +121,37 @@ def test_a_bucket_that_throttled_is_closed_until_its_reset() -> None:
     assert t.cohort(0.0).opens_in == 60.0
 
 
-def test_an_unknown_limiter_is_paced_into_its_spent_quota_to_tell_its_kind() -> None:
-    """No gate yet: the guessed rate sends one request into the spent quota, as evidence."""
+@pytest.mark.parametrize("kind", ["unknown", "bucket", "window"])
+def test_a_quota_a_throttle_said_spent_is_closed_until_its_reset(kind: Kind) -> None:
+    """
+    Whatever the limiter, nothing goes into a quota stated spent before its stated reset.
+
+    One probe goes at most EARLY_MAX before it (a reset stated late); the others wait for its
+    answer; a call whose deadline ends before that is refused at once, the reset in the answer.
+    """
     p = Pacer(probe=0)
     known(p)
     t = p.track(ORIGIN)
+    assert isinstance(t, MemoryTracker)
+    t.state.kind = kind
     t.acquire(0.0)
     t.sent()
     t.observe(429, Hints(remaining=0, limit=5000, reset_after=60.0), 0.0)
-    assert t.cohort(0.0).opens_in == 0.0
-    assert t.acquire(0.0).delay == pytest.approx(60.0 / 5000)
+    refused = t.acquire(0.0, deadline=2.0)
+    assert not refused.granted
+    assert refused.closed_for == pytest.approx(60.0)
+    assert t.view(0.0).closed_for == pytest.approx(60.0)
+    now = 0.0
+    for _ in range(100):  # asking again when nearer, as the edges do
+        admission = t.acquire(now)
+        now += admission.delay
+        if admission.final:
+            break
+    assert 60.0 - EARLY_MAX <= now <= 60.0  # the probe goes near the stated reset
+    assert t.when(now).delay > 0  # the others wait for the probe's answer
+    t.sent()
+    t.observe(200, Hints(remaining=4999, limit=5000, reset_after=60.0), 60.1)
+    assert t.view(60.1).closed_for is None  # a new window: open again
 
 
 def test_exhausted_success_does_not_gate() -> None:
