@@ -4,9 +4,14 @@ aiohttp's edge: :class:`SmoothMiddleware`, a client middleware (aiohttp 3.12 and
 A middleware gets each request with the handler that really sends it; this one runs the
 shared call around that handler: the fast lane, then the call flow (pacer admission, send,
 hints from every response, the retry decision, releasing the failed response, the wait).
-aiohttp follows redirects outside its middlewares: each hop is a call of its own.  The
-session's ``timeout`` (``total``) bounds the whole call, waits and retries included; the
+The session's ``timeout`` (``total``) bounds the whole call, waits and retries included; the
 policy's ``timeout`` cuts each attempt at what is left of the call's deadline.
+
+aiohttp sends again outside its middlewares: each hop of a redirect, and an idempotent request
+once more after a closed connection.  Both go through the middleware again, as the same
+``session.request()`` (the same timer of aiohttp's); the middleware remembers, per task, the
+last call's request and how it ended (:data:`_LAST`): a redirect's next hop goes on under the
+chain's deadline, and the resend of a call that already gave up is answered with its error.
 
 >>> import aiohttp
 >>> from smoothclient.aiohttp import SmoothMiddleware
@@ -57,10 +62,12 @@ _FINAL = (aiohttp.ClientConnectorCertificateError,)
 #: The errors after which aiohttp itself sends an idempotent request once more, middlewares
 #: and all (meant for a pooled connection the server had closed).
 _RESENT_AFTER = (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError)
-#: The call of this task that last gave up with one of those errors: the session's timer of
-#: its request (the same object for aiohttp's resend of it) and the error.
-_GAVE_UP: contextvars.ContextVar[tuple[object, BaseException] | None] = contextvars.ContextVar(
-    "smoothclient_aiohttp_gave_up", default=None
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: The last call of this task that aiohttp may send on: its request's timer (aiohttp's own,
+#: one per ``session.request()``), when it began, and the error it gave up with (``None``: it
+#: ended in a redirect).
+_LAST: contextvars.ContextVar[tuple[object, float, BaseException | None] | None] = (
+    contextvars.ContextVar("smoothclient_aiohttp_last", default=None)
 )
 
 #: ``CIMultiDictProxy``: its names (all of them, in C) and its pairs.
@@ -147,18 +154,21 @@ def _replayable(request: aiohttp.ClientRequest) -> bool:
     return isinstance(body, bytes) or not body.consumed
 
 
-def _resent(timer: object) -> None:
+def _went_on(timer: object) -> float | None:
     """
-    A call gave up in this task: if aiohttp is sending its request again, raise its error.
+    Whether this call goes on from the task's last one: when that began (a redirect chain's).
 
-    The call already spent its attempts on that error (a closed connection among them):
-    aiohttp's resend would start it over, attempts and all, doubling what a failing origin
-    gets.  Anything else clears the mark.
+    The last call gave up on an error aiohttp sends again after: its error is raised (the
+    call already spent its attempts on it; aiohttp's resend would start it over, attempts and
+    all, doubling what a failing origin gets).  Anything else clears the mark.
     """
-    gave_up = _GAVE_UP.get()
-    _GAVE_UP.set(None)
-    if gave_up is not None and timer is not None and gave_up[0] is timer:
-        raise gave_up[1]
+    last = _LAST.get()
+    _LAST.set(None)
+    if last is None or timer is None or last[0] is not timer:
+        return None
+    if last[2] is not None:
+        raise last[2]
+    return last[1]
 
 
 class RateLimitedError(RateLimited, aiohttp.ClientError):
@@ -229,9 +239,10 @@ class SmoothMiddleware(Edge):
     ) -> aiohttp.ClientResponse:
         """Send ``request`` through the retry flow; return the last response."""
         timer = getattr(request, "_timer", None)  # aiohttp's own: one per session.request()
-        if _GAVE_UP.get() is not None:
-            _resent(timer)
+        began = None if _LAST.get() is None else _went_on(timer)
         core = self._core.under()
+        if timer is not None:
+            began = core.pacer.clock() if began is None else began
         try:
             sent, record = await core.call_async(
                 self._origin(request),
@@ -242,14 +253,17 @@ class SmoothMiddleware(Edge):
                 _failure,
                 self._discard,
                 self._sleep,
+                began,
             )
         except RateLimited as exc:
             raise _rate_limited(exc, request) from exc
         except _RESENT_AFTER as exc:
-            if timer is not None:
-                _GAVE_UP.set((timer, exc))
+            if began is not None:
+                _LAST.set((timer, began, exc))
             raise
         response = sent.response
+        if began is not None and response.status in _REDIRECTS:
+            _LAST.set((timer, began, None))
         response.smoothclient = record  # type: ignore[attr-defined]
         return response
 

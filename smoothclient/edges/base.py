@@ -267,9 +267,10 @@ class EdgeCore:
         failure_of: Callable[[Exception], Failure | None],
         discard: Callable[[R], Awaitable[None]],
         sleep: Callable[[float], Awaitable[object]],
+        began: float | None = None,
     ) -> tuple[R, dict[str, Any]]:
         """Async twin of :meth:`call`."""
-        started, deadline = self._started()
+        started, deadline = self._started(began)
         offload = self.offload
         on_loop = offload is not None and on_asyncio()
         if on_loop:

@@ -253,6 +253,47 @@ def test_a_closed_connection_is_retried_and_aiohttp_does_not_start_the_call_over
 
 
 @pytest.mark.e2e
+def test_a_redirect_chain_is_one_call_with_one_deadline(clock: FakeClock) -> None:
+    """
+    aiohttp follows redirects outside the middleware; the hops still share the deadline.
+
+    Ten hops, each a 503 (Retry-After: 1) before its redirect: under timeout=3, the chain
+    ends with a 503 about 3 s in, not ten seconds of waits later.
+    """
+    tries: dict[int, int] = {}
+
+    async def hop(request: web.Request) -> web.Response:
+        number = int(request.match_info["n"])
+        tries[number] = tries.get(number, 0) + 1
+        if tries[number] == 1:
+            return web.Response(status=503, headers={"Retry-After": "1"})
+        if number == 10:
+            return web.Response(text="arrived")
+        raise web.HTTPFound(f"/hop/{number + 1}")
+
+    async def main() -> tuple[int, smoothclient.CallRecord | None]:
+        app = web.Application()
+        app.router.add_get("/hop/{n}", hop)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        try:
+            url = f"http://127.0.0.1:{runner.addresses[0][1]}/hop/1"
+            edge = middleware(clock, RetryPolicy(attempts=5, timeout=3, max_retry_after=None))
+            status, _, record = await fetch(url, edge)
+        finally:
+            await runner.cleanup()
+        return status, record
+
+    status, record = run(main)
+    assert status == 503
+    assert record is not None
+    assert record.gave_up is not None
+    assert sum(clock.sleeps) <= 3.0
+    assert 2 <= len(tries) < 10
+
+
+@pytest.mark.e2e
 def test_the_deadline_cuts_an_attempt_that_hangs() -> None:
     """A server that never answers: the attempt ends at the policy's deadline, a timeout."""
     script = Script([(200, {}, b"")])
