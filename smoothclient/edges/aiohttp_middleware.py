@@ -37,7 +37,7 @@ from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
-from .base import Edge, EdgeCore, RequestInfo, drainable
+from .base import Edge, EdgeCore, RequestInfo, cut_on_asyncio, drainable
 from .flow import Failure, Reply
 
 __all__ = ["RateLimitedError", "SmoothMiddleware"]
@@ -118,24 +118,6 @@ async def _send(handler: Handler, request: aiohttp.ClientRequest) -> _Sent:
             response.close()  # a body that fails to read fails the attempt with that error
             raise
     return _Sent(response, None)
-
-
-async def _bounded(attempt: Awaitable[_Sent], left: float) -> _Sent:
-    """
-    ``attempt`` cut as a whole at ``left`` seconds, raising ``aiohttp.SocketTimeoutError``.
-
-    The session's ``sock_read`` bounds one read only: a header block dripped a byte at a time
-    would hold the attempt past the call's deadline.
-    """
-    timer = asyncio.timeout(left)
-    try:
-        async with timer:
-            return await attempt
-    except TimeoutError:
-        if not timer.expired():
-            raise  # not ours
-        msg = f"the attempt outlasted what was left of the call's deadline ({left:.3g} s)"
-        raise aiohttp.SocketTimeoutError(msg) from None
 
 
 def _route(request: aiohttp.ClientRequest) -> tuple[str, str]:
@@ -287,7 +269,7 @@ class SmoothMiddleware(Edge):
     ) -> _Sent:
         if left is None:
             return await _send(handler, request)
-        return await _bounded(_send(handler, request), left)
+        return await cut_on_asyncio(_send(handler, request), left, aiohttp.SocketTimeoutError)
 
     @staticmethod
     async def _discard(sent: _Sent) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "Edge",
     "EdgeCore",
     "RequestInfo",
+    "cut_on_asyncio",
     "describe",
     "drainable",
     "policy_fields",
@@ -50,6 +51,28 @@ def drainable(headers: Mapping[str, str]) -> bool:
     """Whether a failed response's body is small enough to read before closing it."""
     size = declared_length(headers.get("content-length", ""))
     return size is not None and size <= DRAIN_LIMIT
+
+
+async def cut_on_asyncio(
+    attempt: Awaitable[T], left: float, late: Callable[[str], BaseException]
+) -> T:
+    """
+    ``attempt`` cut as a whole at ``left`` seconds (asyncio): ``late(message)`` raised then.
+
+    A read's own timeout bounds one read only: a header block dripped a byte at a time would
+    hold the attempt past the call's deadline.  A timeout not this one's goes on as it was.
+    """
+    import asyncio  # imported here: only async edges come this way
+
+    timer = asyncio.timeout(left)
+    try:
+        async with timer:
+            return await attempt
+    except TimeoutError:
+        if not timer.expired():
+            raise  # not ours
+        msg = f"the attempt outlasted what was left of the call's deadline ({left:.3g} s)"
+        raise late(msg) from None
 
 
 def policy_fields(kwargs: dict[str, Any]) -> dict[str, Any]:
