@@ -85,6 +85,7 @@ SUBMODULES = ("testing", "window")
 #: The packages each extra brings, to tell a missing extra from any other import failure.
 _EXTRA_PACKAGES = {
     "httpx": frozenset({"httpx", "httpcore", "anyio"}),
+    "httpx2": frozenset({"httpx2", "httpcore2", "anyio", "h11", "idna", "truststore"}),
     "requests": frozenset({"requests", "urllib3"}),
     "aiohttp": frozenset({"aiohttp", "multidict", "yarl", "aiohappyeyeballs", "aiosignal"}),
     "prometheus": frozenset({"prometheus_client"}),
