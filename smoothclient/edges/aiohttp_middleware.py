@@ -5,7 +5,8 @@ A middleware gets each request with the handler that really sends it; this one r
 shared call around that handler: the fast lane, then the call flow (pacer admission, send,
 hints from every response, the retry decision, releasing the failed response, the wait).
 The session's ``timeout`` (``total``) bounds the whole call, waits and retries included; the
-policy's ``timeout`` cuts each attempt at what is left of the call's deadline.
+policy's ``timeout`` cuts each attempt at what is left of the call's deadline (unless its
+``cut_attempts`` is ``False``).  See docs/aiohttp.md.
 
 aiohttp sends again outside its middlewares: each hop of a redirect, and an idempotent request
 once more after a closed connection.  Both go through the middleware again, as the same
@@ -120,6 +121,18 @@ async def _send(handler: Handler, request: aiohttp.ClientRequest) -> _Sent:
     return _Sent(response, None)
 
 
+async def _cut(handler: Handler, request: aiohttp.ClientRequest, left: float | None) -> _Sent:
+    """One attempt, cut at what is left of the call's deadline (``left``; ``None``: none)."""
+    if left is None:
+        return await _send(handler, request)
+    return await cut_on_asyncio(_send(handler, request), left, aiohttp.SocketTimeoutError)
+
+
+async def _whole(handler: Handler, request: aiohttp.ClientRequest, left: float | None) -> _Sent:
+    """One attempt the deadline does not cut (``cut_attempts=False``: the session's timeout)."""
+    return await _send(handler, request)
+
+
 def _route(request: aiohttp.ClientRequest) -> tuple[str, str]:
     """A request's method and path, for scopes."""
     return request.method, request.url.path
@@ -230,7 +243,7 @@ class SmoothMiddleware(Edge):
                 self._origin(request),
                 request,
                 self._info,
-                functools.partial(self._attempt, handler),
+                functools.partial(_whole if core.policy.cut_attempts is False else _cut, handler),
                 _reply,
                 _failure,
                 self._discard,
@@ -262,14 +275,6 @@ class SmoothMiddleware(Edge):
             key is not None and key in request.headers,
             _replayable(request),
         )
-
-    @staticmethod
-    async def _attempt(
-        handler: Handler, request: aiohttp.ClientRequest, left: float | None
-    ) -> _Sent:
-        if left is None:
-            return await _send(handler, request)
-        return await cut_on_asyncio(_send(handler, request), left, aiohttp.SocketTimeoutError)
 
     @staticmethod
     async def _discard(sent: _Sent) -> None:

@@ -41,12 +41,14 @@ class Script:
     answers: list[Answer]
     seen: list[tuple[str, bytes]] = field(default_factory=list)
     hold: asyncio.Event | None = None  # answer only once it is set
+    delay: float = 0.0  # answer this much later
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
         self.seen.append((request.method, body))
         if self.hold is not None:
             await self.hold.wait()
+        await asyncio.sleep(self.delay)
         status, headers, content = self.answers[min(len(self.seen), len(self.answers)) - 1]
         return web.Response(status=status, headers=headers, body=content)
 
@@ -313,6 +315,20 @@ def test_the_deadline_cuts_an_attempt_that_hangs() -> None:
         assert record.attempts == 1
 
     run(main)
+
+
+@pytest.mark.e2e
+def test_an_attempt_the_policy_does_not_cut_runs_past_the_deadline() -> None:
+    """cut_attempts=False: a slow answer (0.4 s) under timeout=0.1 still comes back, whole."""
+    script = Script([(200, {}, b"slow")], delay=0.4)
+    policy = RetryPolicy(timeout=0.1, cut_attempts=False)
+
+    async def main() -> tuple[int, bytes]:
+        async with serving(script) as url:
+            status, body, _ = await fetch(url, SmoothMiddleware(policy=policy))
+        return status, body
+
+    assert run(main) == (200, b"slow")
 
 
 async def _chunks() -> AsyncIterator[bytes]:
