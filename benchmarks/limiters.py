@@ -24,6 +24,7 @@ capped at 30 s, 60 s request timeouts):
 
   smoothclient httpx    AsyncSmoothTransport (SmoothTransport in threads on retry-after)
   smoothclient adapter  SmoothAdapter on a requests Session, one thread per call
+  smoothclient aiohttp  SmoothMiddleware on an aiohttp session (async on every server)
   httpx-retries         RetryTransport, Retry(backoff_factor=0.5), honours Retry-After
   tenacity              wait_random_exponential(0.5, max 30), ignores Retry-After
   stamina               retry_context, waits Retry-After when sent (herd.py's hook)
@@ -102,6 +103,7 @@ FLEET_CALLS = 20
 CLIENTS = (
     "smoothclient httpx",
     "smoothclient adapter",
+    "smoothclient aiohttp",
     "httpx-retries",
     "tenacity",
     "stamina",
@@ -442,10 +444,41 @@ def _run_threads(name: str, url: str, calls: int, timeout: float) -> tuple[int, 
         return calls - ok, start, end
 
 
+async def _run_aiohttp(name: str, url: str, calls: int, timeout: float) -> tuple[int, float, float]:
+    """``calls`` GETs at once through an aiohttp session with the smoothclient middleware."""
+    import aiohttp
+
+    from smoothclient.aiohttp import SmoothMiddleware
+
+    edge = SmoothMiddleware(policy=_smooth_policy(), pacer=_pacer(name))
+    ok = 0
+    async with aiohttp.ClientSession(
+        middlewares=(edge,),
+        connector=aiohttp.TCPConnector(limit=calls),
+        timeout=aiohttp.ClientTimeout(sock_connect=REQUEST_TIMEOUT, sock_read=REQUEST_TIMEOUT),
+    ) as session:
+        start = time.monotonic()
+
+        async def one() -> None:
+            nonlocal ok
+            try:
+                async with session.get(url + "/work") as response:
+                    await response.read()
+                    ok += response.status == 200
+            except Exception:
+                pass
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(one() for _ in range(calls))), timeout)
+        return calls - ok, start, time.monotonic()
+
+
 def run_client(
     name: str, mode: str, url: str, calls: int, timeout: float
 ) -> tuple[int, float, float]:
     """Fire ``calls`` GETs at once; ``(failures, start, end)`` on the monotonic clock."""
+    if name.startswith("smoothclient aiohttp"):  # asyncio only: async on every server
+        return asyncio.run(_run_aiohttp(name, url, calls, timeout))
     if name in REQUESTS_CLIENTS or mode == "threads":
         return _run_threads(name, url, calls, timeout)
     return asyncio.run(_run_async(name, url, calls, timeout))
@@ -461,6 +494,8 @@ def _preload(name: str) -> None:
 
     _quiet_stamina()
     _ = smoothclient.AsyncSmoothTransport, smoothclient.SmoothTransport, smoothclient.SmoothAdapter
+    from smoothclient import aiohttp as _aiohttp_edge  # noqa: F401
+
     if name in REQUESTS_CLIENTS and not name.endswith("+redis"):
         _requests_session(name, 1).close()
 
@@ -568,6 +603,8 @@ def measure(
             json.dumps({"began": began, "elapsed": end - start, "arrivals": arrivals})
         )
     shown_mode = "threads" if client in REQUESTS_CLIENTS else mode
+    if client.startswith("smoothclient aiohttp"):
+        shown_mode = "async"
     return Run(
         sc.name,
         sc.server,
