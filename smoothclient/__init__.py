@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .errors import InfeasibleWindow, RateLimited, SmoothError
     from .events import CallEnded, CallRecord, RetryEntry, RetryEvent, record_of
     from .hints import Hints, Quota, read_body_hints, read_hints
+    from .httpcache import HttpCache
     from .pacing.pacer import Pacer
     from .pacing.presets import GITHUB_SCOPES
     from .pacing.scopes import ScopeRequest, ScopeRule, ScopeRules
@@ -47,6 +48,7 @@ PUBLIC: dict[str, tuple[str, str | None]] = {
     "DEFAULT_POLICY": ("policy", None),
     "GITHUB_SCOPES": ("pacing.presets", None),
     "Hints": ("hints", None),
+    "HttpCache": ("httpcache", None),
     "InfeasibleWindow": ("errors", None),
     "JitteredTTLCache": ("cache", None),
     "OpenTelemetryHooks": ("telemetry.otel", "otel"),
@@ -100,6 +102,7 @@ __all__ = [
     "CallEnded",
     "CallRecord",
     "Hints",
+    "HttpCache",
     "InfeasibleWindow",
     "JitteredTTLCache",
     "OpenTelemetryHooks",

@@ -33,6 +33,7 @@ import cachetools
 from cachetools.keys import hashkey
 
 from ._validate import fraction, optional_seconds, seconds
+from .window import jittered_lifetime, xfetch_due
 
 __all__ = ["CacheInfo", "JitteredTTLCache", "cache_info", "cached"]
 
@@ -106,7 +107,7 @@ class JitteredTTLCache(cachetools.TLRUCache[K, V, float]):
     def lifetime(self) -> float:
         """Draw one entry lifetime from ``[ttl * (1 - jitter), ttl]``."""
         ttl = self._next_ttl if self._next_ttl is not None else self.ttl
-        return ttl * (1 - self.jitter * self._rng.random())
+        return jittered_lifetime(ttl, self.jitter, self._rng.random())
 
     def _ttu(self, key: K, value: V, now: float) -> float:
         expires = now + self.lifetime()
@@ -254,8 +255,7 @@ class _Memo(Generic[K]):
 
     def _xfetch(self, entry: _Entry, now: float) -> bool:
         """XFetch: recompute early when ``now - delta * beta * ln(U) >= expiry``."""
-        u = max(self.rng.random(), 1e-300)
-        return now - entry.delta * (self.beta or 0.0) * math.log(u) >= entry.fresh_until
+        return xfetch_due(now, entry.fresh_until, entry.delta, self.beta or 0.0, self.rng.random())
 
     def store(self, key: Hashable, value: Any, delta: float) -> None:
         # a value larger than the whole cache is returned, not kept (as cachetools.cached)

@@ -96,6 +96,8 @@ class CallRecord:
         total_wait: seconds waited in all.
         gave_up: why the call gave up (``None``: it ended with a success or a final status).
         status: the final response's status (``None``: the call ended with an exception).
+        cache: what the HTTP cache did (``"hit"``, ``"miss"``, ``"revalidated"``, ``"stale"``,
+            ``"bypass"``; ``None``: no cache); see docs/http-cache.md section 4.
     """
 
     attempts: int = 0
@@ -105,6 +107,7 @@ class CallRecord:
     gave_up: str | None = None
     status: int | None = None
     held_for_outage: float = 0.0
+    cache: str | None = None
 
     @property
     def total_wait(self) -> float:
@@ -117,8 +120,12 @@ class CallRecord:
         return [entry.reason for entry in self.retries]
 
     def as_dict(self) -> dict[str, Any]:
-        """A plain dict (what the edges attach: ``response.extensions["smoothclient"]``...)."""
-        return {
+        """
+        A plain dict (what the edges attach: ``response.extensions["smoothclient"]``...).
+
+        ``"cache"`` is there only when an HTTP cache took part.
+        """
+        data = {
             "attempts": self.attempts,
             "waits": list(self.waits),
             "total_wait": self.total_wait,
@@ -129,6 +136,9 @@ class CallRecord:
             "pacer_waits": list(self.pacer_waits),
             "held_for_outage": self.held_for_outage,
         }
+        if self.cache is not None:
+            data["cache"] = self.cache
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CallRecord:
@@ -147,6 +157,7 @@ class CallRecord:
             gave_up=data.get("gave_up"),
             status=data.get("status"),
             held_for_outage=float(data.get("held_for_outage", 0.0)),
+            cache=data.get("cache"),
         )
 
 

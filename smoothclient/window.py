@@ -26,8 +26,10 @@ __all__ = [
     "WindowResult",
     "drain_time",
     "economic_window",
+    "jittered_lifetime",
     "minimum_window",
     "overflow_safe_rate",
+    "xfetch_due",
 ]
 
 #: Below this headroom the exact Poisson tail is used instead of the normal approximation.
@@ -325,3 +327,28 @@ def _simpson(f: Callable[[float], float], t: float, n: int = 2048) -> float:
     for i in range(1, n):
         total += (4 if i % 2 else 2) * f(i * step)
     return total * step / 3
+
+
+def jittered_lifetime(ttl: float, jitter: float, u: float) -> float:
+    """
+    A lifetime in ``[ttl * (1 - jitter), ttl]``, placed by ``u`` in ``[0, 1)``.
+
+    docs/http-cache.md section 3.
+
+    What :class:`~smoothclient.JitteredTTLCache` and the HTTP cache's refresh point share:
+    entries written together end over the last ``jitter`` fraction of their life, never later.
+    """
+    return ttl * (1 - jitter * u)
+
+
+def xfetch_due(now: float, expiry: float, delta: float, beta: float, u: float) -> bool:
+    """
+    XFetch: recompute early when ``now - delta * beta * ln(u) >= expiry``.
+
+    docs/http-cache.md section 3.
+
+    ``delta``: how long the last recompute took; ``beta``: how eager (1.0 the paper's default);
+    ``u``: uniform in ``(0, 1]``.  The nearer the expiry and the slower the recompute, the
+    likelier a caller recomputes before the entry expires.
+    """
+    return now - delta * beta * math.log(max(u, 1e-300)) >= expiry

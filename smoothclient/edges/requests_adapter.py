@@ -33,6 +33,7 @@ from urllib3.util import Retry, parse_url
 from ..engine.decide import ErrorKind
 from ..errors import RateLimited
 from ..hints import GENERIC, FieldAccess, wants_body
+from ..httpcache.cache import HttpCache
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import ScopeFn
@@ -239,6 +240,8 @@ class SmoothAdapter(Edge, HTTPAdapter):
             :class:`~smoothclient.ScopeRules`).
         overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
             (default: only when it was given no policy or policy fields of its own).
+        cache: an :class:`~smoothclient.HttpCache`: fresh stored responses answer without
+            sending (nor pacing); see docs/http-cache.md.
         **kwargs: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied over
             ``policy``; the rest go to ``HTTPAdapter`` (``pool_connections``,
             ``pool_maxsize``, ``pool_block``); ``max_retries`` is refused.
@@ -253,9 +256,14 @@ class SmoothAdapter(Edge, HTTPAdapter):
         sleep: Callable[[float], object] = time.sleep,
         scope: ScopeFn | None = None,
         overrides: bool | None = None,
+        cache: HttpCache | None = None,
         **http_adapter_kwargs: Any,
     ) -> None:
         """Create the adapter."""
+        if cache is not None and not isinstance(cache, HttpCache):
+            msg = f"cache must be an HttpCache, not {type(cache).__name__}"
+            raise TypeError(msg)
+        self._cache = cache
         if "max_retries" in http_adapter_kwargs:
             msg = "SmoothAdapter retries by itself: pass policy=RetryPolicy(...), not max_retries"
             raise TypeError(msg)
@@ -289,6 +297,20 @@ class SmoothAdapter(Edge, HTTPAdapter):
     def send(  # type: ignore[override]
         self, request: requests.PreparedRequest, **kwargs: Any
     ) -> requests.Response:
+        """Send ``request`` through the cache (if any) and the retry flow; return the response."""
+        cache = getattr(self, "_cache", None)  # (an unpickled adapter has none)
+        if cache is None:
+            return self._send(request, **kwargs)
+        from .requests_cached import send
+
+        core = self._core
+
+        def ended(response: requests.Response, record: dict[str, Any]) -> object:
+            return core._ended(_origin(request.url or ""), response, record)
+
+        return send(cache, request, lambda r: self._send(r, **kwargs), ended, self._sleep)
+
+    def _send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         """Send ``request`` through the retry flow; return the last response."""
         url = request.url or ""
         replayable, rewind = _rewinder(request.body)

@@ -1,0 +1,243 @@
+"""
+The HTTP cache in front of any edge's call flow: look up, send with validators, store, stand in.
+
+An edge wires an :class:`~smoothclient.httpcache.HttpCache` in a few lines: it describes its
+responses once as an :class:`EdgeIO`, and its send (the whole retry-and-pacing flow, with
+extra headers) goes through :func:`cached_send` (or :func:`cached_send_async`)::
+
+    io = EdgeIO(
+        status=lambda r: r.status_code,
+        headers=lambda r: r.headers.items(),
+        build=built_response,  # (entry, record dict) -> a response of the library
+        tee=teed,  # (response, recorder) -> the response, its body fed to recorder as read
+        consume=read_and_close,  # reads a response to its end (background revalidations)
+        close=close,  # releases a response unread
+        record=lambda r: r.extensions.get("smoothclient"),  # the flow's record dict, if any
+        failures=(httpx.TransportError, RateLimited),  # what stale-if-error answers for
+    )
+
+    def handle_request(self, request):
+        if self.cache is None:
+            return self.send_through_flow(request, {})
+        return cached_send(
+            self.cache, io, request.method, str(request.url), request.headers.items(),
+            lambda extra: self.send_through_flow(request, extra), time.sleep,
+        )
+
+``tee`` is handed a :class:`~smoothclient.httpcache.cache.Recorder`: feed it the body as the
+caller reads it, **decoded** (no ``Content-Encoding`` left: the stored headers drop it), then
+``finish()`` at its end, or ``abandon()`` when the response is closed before.  The record
+of every response the caller gets says ``cache``: ``"hit"``, ``"miss"``, ``"revalidated"``,
+``"stale"`` or ``"bypass"`` (the layer sets it on the dict ``record`` returns, or builds it).
+A hit never reaches ``send``: it costs no pacing.  A revalidation is ``send`` with
+validators: paced and retried like any request.  docs/http-cache.md section 4 says what
+each outcome does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from ..events import CallRecord
+from ..httpcache.cache import Fetch, HttpCache, Keep, Lookup, Recorder, Refuse, Serve, Wait
+from ..httpcache.entry import Entry
+
+__all__ = [
+    "EdgeIO",
+    "cached_send",
+    "cached_send_async",
+    "in_thread",
+    "refused",
+    "served_record",
+]
+
+R = TypeVar("R")
+Record = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeIO(Generic[R]):
+    """How the cache layer reads, builds and finishes one edge's responses (see above)."""
+
+    status: Callable[[R], int]
+    headers: Callable[[R], Iterable[tuple[str, str]]]
+    build: Callable[[Entry, Record], R]
+    tee: Callable[[R, Recorder], R]
+    consume: Callable[[R], object]
+    close: Callable[[R], object]
+    record: Callable[[R], Record | None]
+    failures: tuple[type[BaseException], ...] = (Exception,)
+
+
+def served_record(entry: Entry, label: str, record: Record | None = None) -> Record:
+    """
+    The record of a call the cache answered with ``entry``.
+
+    ``record``: the flow's, when a request was sent (a revalidation, an error stood in for):
+    its attempts and waits are kept, its status becomes the stored one's.
+    """
+    if record is None:
+        return CallRecord(status=entry.status, cache=label).as_dict()
+    return {**record, "status": entry.status, "cache": label}
+
+
+def refused(lookup: Lookup) -> Entry:
+    """The 504 an ``only-if-cached`` request gets when nothing stored may answer it."""
+    return Entry(lookup.key, 504, (("Content-Length", "0"),), b"", (), (), 0.0, 0.0, 0.0)
+
+
+def in_thread(work: Callable[[], object]) -> None:
+    """Run ``work`` in a daemon thread (a background revalidation)."""
+    threading.Thread(target=work, name="smoothclient-revalidate", daemon=True).start()
+
+
+def cached_send(
+    cache: HttpCache,
+    io: EdgeIO[R],
+    method: str,
+    url: str,
+    headers: Iterable[tuple[str, str]],
+    send: Callable[[dict[str, str]], R],
+    sleep: Callable[[float], object],
+    spawn: Callable[[Callable[[], object]], None] = in_thread,
+) -> R:
+    """
+    One call through ``cache``: a stored response, or ``send(extra_headers)``'s, stored.
+
+    ``spawn`` runs a background revalidation (``stale-while-revalidate``).
+    """
+    lookup = cache.lookup(method, url, headers)
+    step = lookup.step()
+    while isinstance(step, Wait):
+        sleep(step.seconds)
+        step = lookup.step()
+    if isinstance(step, Refuse):
+        return io.build(refused(lookup), served_record(refused(lookup), "miss"))
+    if isinstance(step, Serve):
+        if step.background:
+            fetch = lookup.background()
+            spawn(lambda: _revalidate(lookup, io, send, fetch))
+        return io.build(step.entry, served_record(step.entry, step.label))
+    try:
+        response = send(step.headers)
+    except io.failures as exc:
+        return _stand_in(lookup, io, exc)
+    except BaseException:
+        lookup.done()
+        raise
+    return _answer(lookup, io, response)[0]
+
+
+def _stand_in(lookup: Lookup, io: EdgeIO[R], exc: BaseException) -> R:
+    """The stored response that answers for ``exc`` (stale-if-error), or ``exc`` raised."""
+    found = lookup.failed()
+    if found is None:
+        raise exc
+    record = getattr(exc, "smoothclient", None)
+    return io.build(found.entry, served_record(found.entry, found.label, record))
+
+
+def _answer(lookup: Lookup, io: EdgeIO[R], response: R) -> tuple[R, bool, object]:
+    """
+    The caller's response for the origin's ``response``, and how it was made.
+
+    Also whether it is that response, and what closing it returned (an awaitable, on async
+    edges).  A 304 (or an error a stored response stands in for) is closed and answered from
+    the store.
+    """
+    try:
+        outcome = lookup.received(io.status(response), io.headers(response))
+    except BaseException:
+        lookup.done()
+        raise
+    record = io.record(response)
+    if isinstance(outcome, Serve):
+        closed = io.close(response)
+        built = io.build(outcome.entry, served_record(outcome.entry, outcome.label, record))
+        return built, False, closed
+    if record is not None:
+        record["cache"] = lookup.label
+    if isinstance(outcome, Keep):
+        return io.tee(response, outcome.recorder), True, None
+    return response, True, None
+
+
+def _revalidate(
+    lookup: Lookup, io: EdgeIO[R], send: Callable[[dict[str, str]], R], fetch: Fetch
+) -> None:
+    """A background revalidation: its result stored; a failure leaves the stored copy."""
+    try:
+        response, fetched, _ = _answer(lookup, io, send(fetch.headers))
+        if fetched:
+            io.consume(response)  # read to its end: a Keep stores it
+    except Exception:
+        pass
+    finally:
+        lookup.done()
+
+
+async def cached_send_async(
+    cache: HttpCache,
+    io: EdgeIO[R],
+    method: str,
+    url: str,
+    headers: Iterable[tuple[str, str]],
+    send: Callable[[dict[str, str]], Awaitable[R]],
+    sleep: Callable[[float], Awaitable[object]],
+    spawn: Callable[[Callable[[], Awaitable[None]]], None],
+) -> R:
+    """
+    Async twin of :func:`cached_send`.
+
+    ``io.consume`` and ``io.close`` may return awaitables (awaited); ``spawn`` starts a
+    background revalidation as a task (``asyncio``: keep a reference to it until it ends).
+    """
+    lookup = cache.lookup(method, url, headers)
+    step = lookup.step()
+    while isinstance(step, Wait):
+        await sleep(step.seconds)
+        step = lookup.step()
+    if isinstance(step, Refuse):
+        return io.build(refused(lookup), served_record(refused(lookup), "miss"))
+    if isinstance(step, Serve):
+        if step.background:
+            fetch = lookup.background()
+
+            async def revalidate() -> None:
+                await _revalidate_async(lookup, io, send, fetch)
+
+            spawn(revalidate)
+        return io.build(step.entry, served_record(step.entry, step.label))
+    try:
+        response = await send(step.headers)
+    except io.failures as exc:
+        return _stand_in(lookup, io, exc)
+    except BaseException:
+        lookup.done()
+        raise
+    answer, _, closed = _answer(lookup, io, response)
+    await _maybe(closed)
+    return answer
+
+
+async def _revalidate_async(
+    lookup: Lookup, io: EdgeIO[R], send: Callable[[dict[str, str]], Awaitable[R]], fetch: Fetch
+) -> None:
+    try:
+        response, fetched, closed = _answer(lookup, io, await send(fetch.headers))
+        await _maybe(closed)
+        if fetched:
+            await _maybe(io.consume(response))
+    except Exception:
+        pass
+    finally:
+        lookup.done()
+
+
+async def _maybe(result: object) -> None:
+    if inspect.isawaitable(result):
+        await result

@@ -1,0 +1,145 @@
+"""
+A stored response and its bytes: what every store keeps (the memory store keeps the object).
+
+The bytes are a short magic, a JSON head and the body; anything else decodes to
+:class:`Junk`, which a store reads as a miss.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from .rules import Freshness
+
+__all__ = ["MAGIC", "Entry", "Junk", "decode", "encode"]
+
+MAGIC = b"SCHC1"
+_HEAD = struct.Struct(">I")
+
+
+class Junk(ValueError):
+    """Stored bytes that are not an entry (a store treats them as a miss)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """
+    One stored response: what it was, when it was born, how long it is fresh and when it is due.
+
+    ``key``: the primary key it is stored under; ``vary``: the request fields it varies on and
+    ``selected`` their values in the request that got it; ``born``, ``lifetime``,
+    ``revalidate``, ``strict``: its :class:`~smoothclient.httpcache.rules.Freshness`;
+    ``swr`` / ``sie``: the stale allowances in effect (server's and caller's together, 0 when
+    ``strict``); ``refresh``: the age at which it is due for revalidation, drawn inside the
+    last part of its lifetime (docs/http-cache.md section 3); ``delta``: how long fetching it
+    took (the XFetch rule's delta).
+    """
+
+    key: str
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    vary: tuple[str, ...]
+    selected: tuple[str | None, ...]
+    born: float
+    lifetime: float
+    refresh: float
+    revalidate: bool = False
+    strict: bool = False
+    swr: float = 0.0
+    sie: float = 0.0
+    delta: float = 0.0
+
+    @property
+    def freshness(self) -> Freshness:
+        """Its freshness, for the rules."""
+        return Freshness(self.born, self.lifetime, self.revalidate, self.strict)
+
+    @property
+    def size(self) -> int:
+        """Its approximate size in bytes (the body, the headers and a fixed overhead)."""
+        return len(self.body) + sum(len(k) + len(v) + 4 for k, v in self.headers) + 256
+
+    def keep_for(self, now: float) -> float:
+        """How long a store should keep it from ``now``: fresh, stale allowances, revalidation."""
+        left = max(0.0, self.lifetime - (now - self.born))
+        return left + max(self.swr, self.sie) + max(self.lifetime, 60.0)
+
+
+def encode(entry: Entry) -> bytes:
+    """The entry as bytes."""
+    head: dict[str, Any] = {
+        "k": entry.key,
+        "s": entry.status,
+        "h": entry.headers,
+        "v": entry.vary,
+        "x": entry.selected,
+        "b": entry.born,
+        "l": entry.lifetime,
+        "r": entry.refresh,
+        "rv": entry.revalidate,
+        "st": entry.strict,
+        "w": entry.swr,
+        "e": entry.sie,
+        "d": entry.delta,
+    }
+    raw = json.dumps(head, separators=(",", ":")).encode()
+    return MAGIC + _HEAD.pack(len(raw)) + raw + entry.body
+
+
+def decode(blob: object, key: str) -> Entry:
+    """
+    The entry ``blob`` holds for ``key``; :class:`Junk` if it is anything else.
+
+    Every field is checked for its type: bytes written by anything but :func:`encode` (or for
+    another key) never reach the rules.
+    """
+    if not isinstance(blob, bytes | bytearray | memoryview):
+        raise Junk(type(blob).__name__)
+    data = bytes(blob)
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _HEAD.size:
+        raise Junk("no magic")
+    (size,) = _HEAD.unpack_from(data, len(MAGIC))
+    start = len(MAGIC) + _HEAD.size
+    if start + size > len(data):
+        raise Junk("truncated")
+    try:
+        head = json.loads(data[start : start + size])
+        entry = Entry(
+            key=_typed(head["k"], str),
+            status=_typed(head["s"], int),
+            headers=tuple((_typed(k, str), _typed(v, str)) for k, v in head["h"]),
+            body=data[start + size :],
+            vary=tuple(_typed(n, str) for n in head["v"]),
+            selected=tuple(None if x is None else _typed(x, str) for x in head["x"]),
+            born=_number(head["b"]),
+            lifetime=_number(head["l"]),
+            refresh=_number(head["r"]),
+            revalidate=_typed(head["rv"], bool),
+            strict=_typed(head["st"], bool),
+            swr=_number(head["w"]),
+            sie=_number(head["e"]),
+            delta=_number(head["d"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Junk(str(exc)) from exc
+    if entry.key != key or len(entry.vary) != len(entry.selected):
+        raise Junk("another key")
+    return entry
+
+
+def _typed(value: Any, kind: type[Any]) -> Any:
+    if type(value) is not kind:
+        msg = f"expected {kind.__name__}, got {type(value).__name__}"
+        raise TypeError(msg)
+    return value
+
+
+def _number(value: Any) -> float:
+    if type(value) not in (int, float) or value != value:  # NaN
+        msg = f"expected a number, got {value!r}"
+        raise TypeError(msg)
+    return float(value)

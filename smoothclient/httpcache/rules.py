@@ -1,0 +1,403 @@
+"""
+The rules of a private HTTP cache (RFC 9111) and of its stale modes (RFC 5861), sans I/O.
+
+Pure functions of headers, numbers and a clock reading: what may be stored, for how long it is
+fresh, whether a stored response may answer a request, which validators to send, how a 304
+updates what is stored and what an unsafe method invalidates.  docs/http-cache.md section 1
+states each rule in the project's words.  Bad server input is never an error: a directive or a
+date that does not parse is ignored (logged at debug level).
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+__all__ = [
+    "CACHEABLE_METHODS",
+    "HEURISTIC_FRACTION",
+    "HEURISTIC_STATUSES",
+    "UNDERSTOOD_STATUSES",
+    "Directives",
+    "Freshness",
+    "RequestRules",
+    "cache_key",
+    "conditional_headers",
+    "directives",
+    "freshness",
+    "header",
+    "http_date",
+    "invalidated_urls",
+    "merge_304",
+    "request_rules",
+    "storable",
+    "usable",
+    "vary_names",
+    "vary_values",
+]
+
+log = logging.getLogger("smoothclient.httpcache")
+
+#: The methods whose responses are stored (HEAD and POST responses are not: see the docs).
+CACHEABLE_METHODS = frozenset({"GET"})
+#: Statuses a response may be stored for with no explicit freshness (RFC 9111 section 4.2.2).
+HEURISTIC_STATUSES = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501})
+#: Final statuses this cache understands well enough to store when told how long they are fresh.
+UNDERSTOOD_STATUSES = HEURISTIC_STATUSES | frozenset({302, 303, 307, 400, 403})
+#: Methods that never change the target: the rest invalidate it (RFC 9111 section 4.4).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+#: The heuristic lifetime: this fraction of the time since ``Last-Modified``.
+HEURISTIC_FRACTION = 0.1
+#: delta-seconds beyond this are this (RFC 9111 section 1.2.2: 2^31).
+MAX_SECONDS = 2**31
+#: Directives read from one header are bounded (a hostile header costs nothing).
+MAX_DIRECTIVES = 64
+#: Headers a 304 never replaces in the stored response (RFC 9111 section 3.2).
+_KEPT_ON_304 = frozenset({"content-length", "content-encoding", "transfer-encoding"})
+
+Headers = Iterable[tuple[str, str]]
+
+
+def header(headers: Headers, name: str) -> str | None:
+    """The values of field ``name`` (any case) joined by ``", "``; ``None`` when absent."""
+    name = name.lower()
+    found = [value for key, value in headers if key.lower() == name]
+    return ", ".join(found) if found else None
+
+
+def _seconds(value: str | None) -> int | None:
+    """delta-seconds: digits only (a quoted number is tolerated), clamped; else ``None``."""
+    if value is None:
+        return None
+    text = value.strip().strip('"')
+    if not text.isdigit() or not text.isascii():
+        return None
+    return min(int(text), MAX_SECONDS)
+
+
+def http_date(value: str | None) -> float | None:
+    """An HTTP date as epoch seconds; ``None`` when absent or not a date."""
+    if not value:
+        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        log.debug("ignored an HTTP date that does not parse: %.40r", value)
+        return None
+    if parsed.tzinfo is None:  # RFC 850 / asctime dates are GMT
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return parsed.timestamp()
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """The ``Cache-Control`` directives of one message: ``name -> argument`` (``None``: bare)."""
+
+    items: Mapping[str, str | None]
+
+    def __contains__(self, name: object) -> bool:
+        """Whether directive ``name`` is present."""
+        return name in self.items
+
+    def seconds(self, name: str) -> int | None:
+        """Directive ``name``'s argument as delta-seconds (``None``: absent or invalid)."""
+        return _seconds(self.items.get(name))
+
+
+def directives(value: str | None) -> Directives:
+    """
+    Parse a ``Cache-Control`` value (the first of a directive repeated wins).
+
+    Commas inside quoted arguments are kept; names are lowercased; at most
+    :data:`MAX_DIRECTIVES` are read.
+    """
+    found: dict[str, str | None] = {}
+    if not value:
+        return Directives(found)
+    for part in _split(value)[:MAX_DIRECTIVES]:
+        name, eq, arg = part.partition("=")
+        name = name.strip().lower()
+        if name and name not in found:
+            found[name] = arg.strip() if eq else None
+    return Directives(found)
+
+
+def _split(value: str) -> list[str]:
+    """Split at commas outside double quotes."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
+    for char in value:
+        if char == '"':
+            quoted = not quoted
+        if char == "," and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return [p for p in parts if p.strip()]
+
+
+def _response_directives(headers: Headers) -> Directives:
+    return directives(header(headers, "cache-control"))
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """
+    How long a response is fresh, how old it was when it arrived, and its stale allowances.
+
+    ``born``: the clock reading at which the response's age was zero (RFC 9111 section 4.2.3),
+    so its age at ``now`` is ``now - born``; ``lifetime``: its freshness lifetime (section
+    4.2.1); ``revalidate``: must not be used without validation (``no-cache``); ``strict``:
+    never used stale (``must-revalidate``, ``no-cache``); ``swr`` / ``sie``: the server's
+    ``stale-while-revalidate`` / ``stale-if-error`` seconds (``None``: not given).
+    """
+
+    born: float
+    lifetime: float
+    revalidate: bool = False
+    strict: bool = False
+    swr: float | None = None
+    sie: float | None = None
+
+    def age(self, now: float) -> float:
+        """The response's current age at ``now``."""
+        return max(0.0, now - self.born)
+
+    def fresh(self, now: float) -> bool:
+        """Whether it is fresh at ``now`` (and may be used without validation)."""
+        return not self.revalidate and self.age(now) < self.lifetime
+
+
+def freshness(
+    headers: Headers, request_time: float, response_time: float, *, status: int = 200
+) -> Freshness:
+    """
+    The freshness of a response received at ``response_time``, requested at ``request_time``.
+
+    Lifetime: ``max-age``, else ``Expires - Date``, else (statuses of
+    :data:`HEURISTIC_STATUSES`) :data:`HEURISTIC_FRACTION` of ``Date - Last-Modified``, else 0.
+    ``s-maxage`` is for shared caches and ignored.  Age: ``Age``, ``Date`` and the response's
+    delay, as RFC 9111 section 4.2.3 corrects them.
+    """
+    pairs = list(headers)
+    cc = _response_directives(pairs)
+    date = http_date(header(pairs, "date"))
+    date_value = response_time if date is None else date
+    apparent = max(0.0, response_time - date_value)
+    age_value = _seconds(header(pairs, "age")) or 0
+    corrected = age_value + max(0.0, response_time - request_time)
+    born = response_time - max(apparent, corrected)
+    return Freshness(
+        born=born,
+        lifetime=_lifetime(pairs, cc, date_value, status),
+        revalidate="no-cache" in cc,
+        strict="must-revalidate" in cc or "no-cache" in cc,
+        swr=_allowance(cc, "stale-while-revalidate"),
+        sie=_allowance(cc, "stale-if-error"),
+    )
+
+
+def _allowance(cc: Directives, name: str) -> float | None:
+    value = cc.seconds(name)
+    return None if value is None else float(value)
+
+
+def _lifetime(headers: list[tuple[str, str]], cc: Directives, date: float, status: int) -> float:
+    if "max-age" in cc:
+        max_age = cc.seconds("max-age")
+        return 0.0 if max_age is None else float(max_age)  # an invalid max-age: stale
+    expires = header(headers, "expires")
+    if expires is not None:
+        when = http_date(expires)
+        return 0.0 if when is None else max(0.0, when - date)  # "0" and junk: already expired
+    modified = http_date(header(headers, "last-modified"))
+    if modified is not None and status in HEURISTIC_STATUSES and modified <= date:
+        return HEURISTIC_FRACTION * (date - modified)
+    return 0.0
+
+
+def storable(
+    method: str, status: int, response: Headers, request_cc: Directives, *, lifetime: float
+) -> bool:
+    """
+    Whether a response may be stored (RFC 9111 section 3, for a private cache).
+
+    A GET, a final status this cache understands, neither side saying ``no-store``, and
+    something to gain: freshness (explicit, ``public``, or heuristic), a validator to
+    revalidate with, or a stale allowance.
+    """
+    if method not in CACHEABLE_METHODS or "no-store" in request_cc:
+        return False
+    pairs = list(response)
+    cc = _response_directives(pairs)
+    if "no-store" in cc or status not in UNDERSTOOD_STATUSES:
+        return False
+    if status not in HEURISTIC_STATUSES and not ("max-age" in cc or header(pairs, "expires")):
+        return False
+    if header(pairs, "vary") == "*":
+        return False  # never matches a later request
+    return (
+        lifetime > 0
+        or header(pairs, "etag") is not None
+        or header(pairs, "last-modified") is not None
+        or "stale-if-error" in cc
+        or "stale-while-revalidate" in cc
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRules:
+    """
+    What a request's own ``Cache-Control`` asks of the cache (RFC 9111 section 5.2.1).
+
+    ``bypass``: ``no-store`` (neither used nor stored); ``revalidate``: ``no-cache`` (or
+    ``Pragma: no-cache`` alone); ``max_age``, ``min_fresh``: limits on the stored response's
+    age and remaining freshness; ``max_stale``: stale seconds accepted (``inf``: any);
+    ``only_if_cached``: never go to the origin; ``sie``: the request's ``stale-if-error``.
+    """
+
+    bypass: bool = False
+    revalidate: bool = False
+    max_age: float | None = None
+    min_fresh: float = 0.0
+    max_stale: float = 0.0
+    only_if_cached: bool = False
+    sie: float | None = None
+
+
+#: The rules of a request that asks nothing.
+PLAIN = RequestRules()
+
+
+def request_rules(headers: Headers) -> tuple[RequestRules, Directives]:
+    """A request's rules, and its parsed directives."""
+    pairs = list(headers)
+    value = header(pairs, "cache-control")
+    if value is None:
+        pragma = header(pairs, "pragma")
+        if pragma and "no-cache" in pragma.lower():
+            return RequestRules(revalidate=True), Directives({})
+        return PLAIN, Directives({})
+    cc = directives(value)
+    max_stale: float = 0.0
+    if "max-stale" in cc:
+        given = cc.seconds("max-stale")
+        max_stale = math.inf if cc.items["max-stale"] is None else float(given or 0)
+    max_age = cc.seconds("max-age")
+    rules = RequestRules(
+        bypass="no-store" in cc,
+        revalidate="no-cache" in cc,
+        max_age=None if max_age is None else float(max_age),
+        min_fresh=float(cc.seconds("min-fresh") or 0),
+        max_stale=max_stale,
+        only_if_cached="only-if-cached" in cc,
+        sie=_allowance(cc, "stale-if-error"),
+    )
+    return rules, cc
+
+
+def usable(found: Freshness, rules: RequestRules, now: float) -> bool:
+    """
+    Whether a stored response may answer a request without validation now.
+
+    Fresh (and fresh for ``min-fresh`` more seconds, and younger than the request's
+    ``max-age``), or stale by no more than the request's ``max-stale`` unless the response is
+    ``must-revalidate``.
+    """
+    if found.revalidate or rules.revalidate:
+        return False
+    age = found.age(now)
+    if rules.max_age is not None and age > rules.max_age:
+        return False
+    left = found.lifetime - age
+    if left > rules.min_fresh:
+        return True
+    return not found.strict and left <= 0 and -left <= rules.max_stale and rules.min_fresh == 0
+
+
+def vary_names(headers: Headers) -> tuple[str, ...]:
+    """The request fields a response varies on, lowercased and sorted (``Vary``)."""
+    value = header(headers, "vary")
+    if not value:
+        return ()
+    names = {part.strip().lower() for part in value.split(",") if part.strip()}
+    return tuple(sorted(names))[:MAX_DIRECTIVES]
+
+
+def vary_values(names: Iterable[str], request: Headers) -> tuple[str | None, ...]:
+    """The request's values of the fields ``names`` (whitespace normalised), in order."""
+    pairs = list(request)
+    return tuple(_normal(header(pairs, name)) for name in names)
+
+
+def _normal(value: str | None) -> str | None:
+    return None if value is None else " ".join(value.split())
+
+
+def cache_key(method: str, url: str) -> str:
+    """The primary key: the method and the URL without its fragment (scheme and host lowercased)."""
+    parts = urlsplit(url)
+    clean = urlunsplit(
+        (parts.scheme.lower(), parts.netloc.lower(), parts.path or "/", parts.query, "")
+    )
+    return f"{method.upper()} {clean}"
+
+
+def conditional_headers(stored: Headers) -> dict[str, str]:
+    """The validators to send when revalidating a stored response (RFC 9111 section 4.3.1)."""
+    pairs = list(stored)
+    found: dict[str, str] = {}
+    etag = header(pairs, "etag")
+    if etag:
+        found["If-None-Match"] = etag
+    modified = header(pairs, "last-modified")
+    if modified and http_date(modified) is not None:
+        found["If-Modified-Since"] = modified
+    return found
+
+
+def merge_304(stored: Headers, fresh: Headers) -> list[tuple[str, str]]:
+    """
+    The stored headers updated by a 304's (RFC 9111 section 4.3.4).
+
+    Every field the 304 carries replaces the stored one of that name, except the framing fields
+    (``Content-Length``, ``Content-Encoding``, ``Transfer-Encoding``) that describe the stored
+    body.
+    """
+    new = [(k, v) for k, v in fresh if k.lower() not in _KEPT_ON_304]
+    replaced = {k.lower() for k, _ in new}
+    return [(k, v) for k, v in stored if k.lower() not in replaced] + new
+
+
+def invalidated_urls(method: str, status: int, url: str, response: Headers) -> list[str]:
+    """
+    What an unsafe request invalidates when it succeeds or redirects (RFC 9111 section 4.4).
+
+    Its target, and the ``Location`` and ``Content-Location`` of the response when they are of
+    the same origin (resolved against the target).
+    """
+    if method.upper() in SAFE_METHODS or not 200 <= status < 400:
+        return []
+    pairs = list(response)
+    target = urlsplit(url)
+    found = [url]
+    for name in ("location", "content-location"):
+        value = header(pairs, name)
+        if not value:
+            continue
+        joined = urljoin(url, value.strip())
+        other = urlsplit(joined)
+        if (other.scheme.lower(), other.netloc.lower()) == (
+            target.scheme.lower(),
+            target.netloc.lower(),
+        ):
+            found.append(joined)
+    return found
