@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 
 import smoothclient
-from smoothclient import CallEnded, Pacer, RateLimited, RetryPolicy, record_of
+from smoothclient import CallEnded, Pacer, RateLimited, RetryPolicy, ScopeRequest, record_of
 from smoothclient.aiohttp import RateLimitedError, SmoothMiddleware
 from smoothclient.testing import FakeClock
 
@@ -329,6 +329,57 @@ def test_an_attempt_the_policy_does_not_cut_runs_past_the_deadline() -> None:
         return status, body
 
     assert run(main) == (200, b"slow")
+
+
+@pytest.mark.e2e
+def test_a_scope_function_keeps_two_models_quotas_apart(clock: FakeClock) -> None:
+    """
+    The edge's ``scope=`` sees aiohttp's request: one model's spent quota holds only it.
+
+    Each model may make 3 requests per 20 s (on the fake clock), said in unnamed
+    x-ratelimit-*-requests fields, so they belong to the caller's scope.
+    """
+    began = clock()
+    used = {"small": 0, "large": 0}
+
+    async def model_call(request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if clock() >= began + 20:
+            used[name] = 0
+        used[name] += 1
+        headers = {
+            "x-ratelimit-limit-requests": "3",
+            "x-ratelimit-remaining-requests": str(max(0, 3 - used[name])),
+            "x-ratelimit-reset-requests": f"{began + 20 - clock():.0f}s",
+        }
+        return web.Response(status=200 if used[name] <= 3 else 429, headers=headers)
+
+    def model(request: ScopeRequest) -> str:
+        return request.path.rsplit("/", 1)[1]
+
+    async def main() -> tuple[list[int], float, float]:
+        app = web.Application()
+        app.router.add_get("/v1/models/{model}", model_call)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}/v1/models/"
+        edge = middleware(clock, scope=model)
+        statuses = []
+        try:
+            for _ in range(3):
+                statuses.append((await fetch(base + "small", edge))[0])
+            statuses.append((await fetch(base + "large", edge))[0])
+            large_waited = sum(clock.sleeps)
+            statuses.append((await fetch(base + "small", edge))[0])
+        finally:
+            await runner.cleanup()
+        return statuses, large_waited, sum(clock.sleeps)
+
+    statuses, large_waited, small_waited = run(main)
+    assert statuses == [200] * 5
+    assert large_waited == 0.0
+    assert small_waited >= 15
 
 
 async def _chunks() -> AsyncIterator[bytes]:
