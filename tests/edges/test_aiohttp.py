@@ -127,6 +127,22 @@ def test_retry_after_shifts_the_wait(clock: FakeClock) -> None:
 
 
 @pytest.mark.e2e
+def test_a_json_error_body_delay_shifts_the_wait(clock: FakeClock) -> None:
+    """A 429 whose JSON body says retry_after 3.5 (no header): the retry waits that long."""
+    throttled = json.dumps({"message": "slow down", "retry_after": 3.5}).encode()
+    script = Script([(429, {"Content-Type": "application/json"}, throttled), (200, {}, b"ok")])
+
+    async def main() -> None:
+        async with serving(script) as url:
+            status, _, record = await fetch(url, middleware(clock))
+        assert status == 200
+        assert record is not None
+        assert record.total_wait >= 3.5
+
+    run(main)
+
+
+@pytest.mark.e2e
 def test_giving_up_returns_the_last_response_readable_with_its_record(clock: FakeClock) -> None:
     """503s all the way: the third 503 comes back, its JSON body still readable by the caller."""
     error = json.dumps({"error": "busy"}).encode()
