@@ -24,7 +24,15 @@ import pytest
 from aiohttp import web
 
 import smoothclient
-from smoothclient import CallEnded, Pacer, RateLimited, RetryPolicy, ScopeRequest, record_of
+from smoothclient import (
+    CallEnded,
+    Pacer,
+    RateLimited,
+    RetryPolicy,
+    ScopeRequest,
+    override_policy,
+    record_of,
+)
 from smoothclient.aiohttp import RateLimitedError, SmoothMiddleware
 from smoothclient.testing import FakeClock
 
@@ -162,6 +170,25 @@ def test_giving_up_returns_the_last_response_readable_with_its_record(clock: Fak
     run(main)
     assert len(script.seen) == 3
     assert [e.status for e in ended] == [503]
+
+
+@pytest.mark.e2e
+def test_override_policy_changes_calls_of_an_edge_that_takes_it(clock: FakeClock) -> None:
+    """Inside override_policy(attempts=2): 2 attempts; an edge that does not opt in keeps 3."""
+    script = Script([(503, {}, b"")])
+
+    async def main() -> list[int]:
+        taking, keeping = middleware(clock, overrides=True), middleware(clock)
+        attempts = []
+        async with serving(script) as url:
+            with override_policy(attempts=2):
+                for edge in (taking, keeping):
+                    record = (await fetch(url, edge))[2]
+                    assert record is not None
+                    attempts.append(record.attempts)
+        return attempts
+
+    assert run(main) == [2, 3]
 
 
 @pytest.mark.e2e
