@@ -18,6 +18,7 @@ BENCHMARKS = [
     ("A fleet's shared Redis store: what a request costs", "redis_store.py"),
     ("Cache expiry, stampedes and hot keys", "cache_expiry.py"),
     ("Outages without retry storms: a fleet of 4 against a server that goes down", "outage.py"),
+    ("Random throttles: 30% of requests 429 whatever the rate", "noisy.py"),
 ]
 
 

@@ -21,7 +21,8 @@ __all__ = ["EPOCH", "SKEW", "noted", "recovered", "throttled"]
 #: The delivered rate is measured over this many seconds.
 EPOCH = 1.0
 #: A young origin (seen for less than EPOCH) is cut only on this many answers, most of them
-#: throttles: a herd into a limiter, not a few unlucky requests.
+#: throttles (a share whose Wilson lower bound is a half): a herd into a limiter, not a few
+#: unlucky requests.
 YOUNG_EVIDENCE = 10
 #: A cut after which the share of throttles stays above this fraction of what it was did not
 #: help: the throttles are noise, not a limiter.
@@ -41,6 +42,26 @@ REFUTE_EVIDENCE = 4
 #: 1 to 4 EPOCHs after it and on at least this many successes: fewer, a fleet's share read
 #: low by a success or two, cut a process to half its share and left it to crawl.
 FULL_EVIDENCE = 20
+
+
+#: How sure "most requests were throttled" must be before a cut is taken for a limiter's (the
+#: z of a one-sided 95% Wilson bound): 5 throttles of 10 answers are no evidence of most.
+CONFIDENCE_Z = 1.645
+
+
+def _lower_share(share: float, n: int) -> float:
+    """
+    The Wilson score lower bound of a share measured on ``n`` answers (0 for none).
+
+    A share of throttles read on a handful of answers says little: 5 of the 10 answers to a
+    herd's first second are as likely at random 30% throttles as at a limiter's 50%.
+    """
+    if n <= 0:
+        return 0.0
+    z2 = CONFIDENCE_Z * CONFIDENCE_Z
+    centre = share + z2 / (2 * n)
+    margin = CONFIDENCE_Z * math.sqrt(share * (1 - share) / n + z2 / (4 * n * n))
+    return max(0.0, (centre - margin) / (1 + z2 / n))
 
 
 def _recent(times: deque[float], since: float) -> int:
@@ -75,11 +96,18 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     one sender at 90-100% of the admitted rate.
 
     Throttles that do not follow the rate (a flaky proxy answering a share of requests 429
-    whatever the rate) must not drive it down without limit: a cut after which the share of
-    throttles did not fall is undone, and throttles are then ignored for a while.  Only when
-    most requests got through before the cut, though: a share of most is a limiter, and in a
-    fleet that shares nothing the others keep it full whatever this process does, so its
-    share does not fall either; undoing that cut made the process unlimited for seconds.
+    whatever the rate) must not drive it down without limit.  The test is the one TCP
+    variants that tell random loss from congestion rest on (Veno, Westwood: a loss while the
+    sender backed off is not congestion's): lower the rate and see whether the share of
+    throttles falls.  A limiter's does (it throttles what exceeds its rate, about nothing
+    once the rate is at or below it); random throttles' does not.  So a cut after which the
+    share of throttles did not fall is undone, and throttles are then ignored for a while.
+    Only when the share before the cut was not shown to be most (its Wilson lower bound
+    under a half), though: a share of most is a limiter, and in a fleet that shares nothing
+    the others keep it full whatever this process does, so its share does not fall either;
+    undoing that cut made the process unlimited for seconds.  (The point share once decided
+    it: 5 throttles of a herd's first 10 answers, at random 30% throttles, read as "most",
+    and the rate fell to 2 req/s where a plain client got 200.)
 
     A fleet's first wave is where its 429s come from: N processes, each with its whole herd,
     into one bucket.  A process whose answers were all throttles (:data:`YOUNG_EVIDENCE` of
@@ -110,14 +138,17 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     since = now - EPOCH
     delivered, throttled = _recent(o.successes, since), _recent(o.throttles, since)
     share = throttled / (throttled + delivered)
-    if now - o.first_seen < EPOCH and (share < 0.5 or throttled + delivered < YOUNG_EVIDENCE):
-        return  # young, and few answers or most got through: too little to tell a limiter by
+    young = now - o.first_seen < EPOCH
+    if young and (
+        throttled + delivered < YOUNG_EVIDENCE or _lower_share(share, throttled + delivered) < 0.5
+    ):
+        return  # young, and few answers or not most of them throttles: no limiter shown yet
     if o.learned and now - o.last_cut < EPOCH / 4:
         return  # the last cut has not shown its effect yet
     if (
         cut is not None
-        and cut[2] < 0.5
-        and now - cut[0] >= EPOCH / 2
+        and _lower_share(cut[2], o.cut_evidence) < 0.5
+        and now - cut[0] >= EPOCH / 4  # (no later than the next cut may come)
         and (pace.rate or 0) <= 1.25 * cut[3]
     ):
         # (only when most requests got through before the cut: a share of most is a limiter,
@@ -149,14 +180,17 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     # a measured admitted rate is the slow start's ceiling; none got through (a fleet's
     # others took it all, or this rate sends less than one a measurement) measures nothing
     o.ceiling = rate if o.learned and delivered else math.inf
+    evidence = throttled + delivered
     if cut is not None and now - cut[0] < 3 * EPOCH:
         before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
+        evidence = o.cut_evidence
     elif throttled < NOISE_EVIDENCE:
         # a share measured on a throttle or two is none: a limiter's first throttle comes
         # with a share near 0, and any cut that lands a little above its rate raises it (read
         # as noise, undone, throttles ignored for 10 EPOCHs: a storm).  Never undone.
         share = 1.0
     o.cut = (now, before, share, rate)
+    o.cut_evidence = evidence
     o.last_cut = now
     o.learned = True
     pace.rate = rate

@@ -151,6 +151,7 @@ class OriginState:
     last_cut: float = -1e18
     # the last cut: when, the rate and the share of throttles before its episode, its rate
     cut: tuple[float, float | None, float, float] | None = None
+    cut_evidence: int = 0  # how many answers that share of throttles was measured on
     noise_until: float = -1e18
     first_seen: float = 1e18  # when the first request to the origin went
     limit: float | None = None

@@ -7,6 +7,8 @@ real time); the bounds are looser than the benchmark targets because trio shuffl
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from smoothclient import Hints, Pacer
@@ -489,3 +491,44 @@ def test_answers_that_overtake_each_other_are_not_counted_twice() -> None:
     delays = [t.acquire(0.03).delay for _ in range(9)]
     assert delays == pytest.approx([0.0] * 9, abs=1e-9)
     assert t.acquire(0.03).delay > 0.05  # the tenth is paced into the spent quota
+
+
+def test_random_throttles_do_not_cut_the_rate_for_good() -> None:
+    """
+    A client offering 150 req/s to a server that throttles 30% at random, whatever the rate.
+
+    Cutting on such throttles lowers the rate but not the share of throttles: the cut is
+    undone, and the client keeps about the rate it offers (a limiter's throttles would fall).
+    """
+    rng = random.Random(3)
+    p = Pacer(probe=0)
+    tracker = p.track(ORIGIN)
+    now, through = 0.0, 0
+    throttle = Hints(retry_after=0.05)
+    while now < 5.0:
+        admission = tracker.acquire(now)
+        now += admission.delay
+        if not admission.final:
+            continue
+        tracker.sent()
+        ok = rng.random() >= 0.3
+        tracker.observe(200 if ok else 429, Hints() if ok else throttle, now + 0.002, sent_at=now)
+        through += ok and now >= 1.0
+        now += 1 / 150
+    assert through / 4.0 >= 0.8 * 0.7 * 150  # successes a second over the last 4 s
+
+
+def test_a_young_origin_is_not_cut_on_a_share_of_throttles_that_may_be_chance() -> None:
+    """5 throttles in a herd's first 10 answers: not shown to be most; no cut yet."""
+    p = Pacer(probe=0)
+    tracker = p.track(ORIGIN)
+    for i in range(10):
+        tracker.acquire(0.0)
+        tracker.sent()
+        tracker.observe(429 if i % 2 else 200, Hints(), 0.01 * i, sent_at=0.0)
+    assert p.view(ORIGIN).rate is None
+    for i in range(20):  # a herd into a limiter: most of 30 answers throttles
+        tracker.acquire(0.2)
+        tracker.sent()
+        tracker.observe(429 if i < 18 else 200, Hints(), 0.2 + 0.01 * i, sent_at=0.2)
+    assert p.view(ORIGIN).rate is not None
