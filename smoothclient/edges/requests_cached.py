@@ -108,7 +108,11 @@ class _TeeRaw:
 
 
 def _tee(response: requests.Response, recorder: Recorder) -> requests.Response:
-    response.raw = _TeeRaw(response.raw, recorder)
+    raw = response.raw
+    if hasattr(raw, "stream") and hasattr(raw, "decode_content"):  # urllib3's
+        response.raw = _TeeRaw(raw, recorder)
+    else:
+        recorder.abandon()  # another adapter's body: not stored
     return response
 
 
@@ -129,12 +133,15 @@ def send(
     """
     ``request`` through ``cache``; ``network`` sends a request through the retry flow.
 
-    ``ended(response, record)`` tells the hooks of a call the cache answered.
+    ``ended(response, record)`` tells the hooks of a call the cache answered alone (a call that
+    was sent told them when its flow ended, before the cache's word: its ``cache`` is ``None``
+    there).
     """
 
     def build(entry: Entry, record: Record) -> requests.Response:
         response = built(entry, record, request)
-        ended(response, record)
+        if not record["attempts"]:  # answered by the cache alone (a sent call's hooks fired)
+            ended(response, record)
         return response
 
     def with_headers(extra: dict[str, str]) -> requests.Response:

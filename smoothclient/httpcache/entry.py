@@ -85,6 +85,7 @@ def encode(entry: Entry) -> bytes:
         "w": entry.swr,
         "e": entry.sie,
         "d": entry.delta,
+        "n": len(entry.body),
     }
     raw = json.dumps(head, separators=(",", ":")).encode()
     return MAGIC + _HEAD.pack(len(raw)) + raw + entry.body
@@ -126,7 +127,7 @@ def decode(blob: object, key: str) -> Entry:
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise Junk(str(exc)) from exc
-    if entry.key != key or len(entry.vary) != len(entry.selected):
+    if entry.key != key or len(entry.vary) != len(entry.selected) or head["n"] != len(entry.body):
         raise Junk("another key")
     return entry
 

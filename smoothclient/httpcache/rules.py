@@ -320,7 +320,9 @@ def usable(found: Freshness, rules: RequestRules, now: float) -> bool:
     left = found.lifetime - age
     if left > rules.min_fresh:
         return True
-    return not found.strict and left <= 0 and -left <= rules.max_stale and rules.min_fresh == 0
+    if found.strict or rules.max_stale <= 0 or rules.min_fresh > 0:
+        return False
+    return -left <= rules.max_stale
 
 
 def vary_names(headers: Headers) -> tuple[str, ...]:

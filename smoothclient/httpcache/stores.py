@@ -174,8 +174,10 @@ class SqliteStore:
         """Delete expired rows, then the oldest until the file holds at most ``max_bytes``."""
         conn = self._conn()
         conn.execute("DELETE FROM responses WHERE until <= ?", (self._clock(),))
-        (total,) = conn.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()
-        if total > self.max_bytes:
+        for _ in range(16):  # the soonest to expire first, a quarter at a time
+            (total,) = conn.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()
+            if total <= self.max_bytes:
+                return
             conn.execute(
                 "DELETE FROM responses WHERE key IN (SELECT key FROM responses ORDER BY until "
                 "LIMIT (SELECT COUNT(*) / 4 + 1 FROM responses))"

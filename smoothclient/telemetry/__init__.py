@@ -25,9 +25,12 @@ def outcome_of(ended: CallEnded) -> str:
     """
     How a call ended, as a small fixed set (a metric label).
 
-    ``"success"``; ``"status"`` (an error status returned); ``"error"`` (an exception after
-    sending); ``"unsent"`` (given up before the first attempt).
+    ``"success"``; ``"cached"`` (answered by the HTTP cache alone: a hit, or a stale response
+    served while revalidated); ``"status"`` (an error status returned); ``"error"`` (an
+    exception after sending); ``"unsent"`` (given up before the first attempt).
     """
+    if ended.record.cache in ("hit", "stale") and ended.record.attempts == 0:
+        return "cached"
     if ended.succeeded:
         return "success"
     if ended.record.attempts == 0:

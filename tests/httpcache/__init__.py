@@ -1,0 +1,1 @@
+"""Tests of the HTTP cache (a package: the tests share conftest.py helpers)."""

@@ -1,0 +1,334 @@
+"""The cache layer in virtual time: hits, refresh points, single flight, stale modes, storing."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from smoothclient.httpcache import HttpCache
+from smoothclient.httpcache.cache import Fetch, Serve, Wait
+from smoothclient.testing import FakeClock
+
+from .conftest import NOW, URL, OriginDown, Resp, client, fixed
+
+
+def test_a_miss_is_stored_and_the_next_call_is_a_hit_that_sends_nothing(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60"))
+    first = c.get()
+    wall.advance(30)
+    second = c.get()
+    assert (first.cache, second.cache) == ("miss", "hit")
+    assert second.body == b"v1"
+    assert second.record is not None
+    assert second.record["attempts"] == 0
+    assert len(c.origin.requests) == 1
+    assert c.cache.counts["hit"] == 1
+
+
+def test_each_entry_is_due_at_a_point_drawn_in_the_last_part_of_its_life(wall: FakeClock) -> None:
+    """Written together, 200 entries are due at 200 points spread over [0.9, 1.0] of 100 s."""
+    c = client(wall, fixed(cache_control="max-age=100"), jitter=0.1)
+    points = []
+    for i in range(200):
+        c.get(f"{URL}/{i}")
+        entry = c.entry(f"{URL}/{i}")
+        assert entry is not None
+        points.append(entry.refresh)
+    assert all(90.0 <= p <= 100.0 for p in points)
+    assert max(points) - min(points) > 9.0  # spread over the window, not bunched
+    assert len(set(points)) == 200
+
+
+def test_a_due_entry_is_revalidated_once_with_validators_and_a_304_refreshes_it(
+    wall: FakeClock,
+) -> None:
+    def origin(headers: list[tuple[str, str]]) -> Resp:
+        if ("If-None-Match", '"v1"') in headers:
+            return Resp(304, [("ETag", '"v1"'), ("Cache-Control", "max-age=100"), ("X-New", "1")])
+        return Resp(200, [("ETag", '"v1"'), ("Cache-Control", "max-age=100")], b"body")
+
+    c = client(wall, origin)
+    c.get()
+    entry = c.entry()
+    assert entry is not None
+    wall.advance(entry.refresh - 0.01)
+    assert c.get().cache == "hit"
+    wall.advance(0.02)  # past the refresh point, still fresh
+    revalidated = c.get()
+    assert revalidated.cache == "revalidated"
+    assert (revalidated.status, revalidated.body) == (200, b"body")
+    assert ("X-New", "1") in revalidated.headers
+    assert len(c.origin.requests) == 2
+    renewed = c.entry()
+    assert renewed is not None
+    assert renewed.born == pytest.approx(wall())
+    assert c.get().cache == "hit"
+
+
+def test_a_fresh_entry_due_for_refresh_serves_others_while_one_revalidates(
+    wall: FakeClock,
+) -> None:
+    c = client(wall, fixed(cache_control="max-age=100", etag='"v1"'))
+    c.get()
+    wall.advance(99.99)
+    first = c.cache.lookup("GET", URL, [])
+    assert isinstance(first.step(), Fetch)  # it claimed the revalidation
+    second = c.cache.lookup("GET", URL, [])
+    step = second.step()
+    assert isinstance(step, Serve)
+    assert step.label == "hit"
+    first.done()
+
+
+def test_a_stale_entry_makes_the_others_wait_for_the_one_revalidation(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=10", etag='"v1"'))
+    c.get()
+    wall.advance(20)
+    leader = c.cache.lookup("GET", URL, [])
+    assert isinstance(leader.step(), Fetch)
+    follower = c.cache.lookup("GET", URL, [])
+    assert isinstance(follower.step(), Wait)
+    outcome = leader.received(304, [("Cache-Control", "max-age=10")])
+    assert isinstance(outcome, Serve)
+    assert outcome.label == "revalidated"
+    step = follower.step()
+    assert isinstance(step, Serve)
+    assert step.label == "hit"
+
+
+def test_misses_coalesce_but_not_on_an_uncacheable_url(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="no-store"))
+    leader = c.cache.lookup("GET", URL, [])
+    assert isinstance(leader.step(), Fetch)
+    follower = c.cache.lookup("GET", URL, [])
+    assert isinstance(follower.step(), Wait)
+    leader.received(200, [("Cache-Control", "no-store")])
+    assert isinstance(follower.step(), Fetch)  # nothing was stored: it goes itself
+    assert isinstance(c.cache.lookup("GET", URL, []).step(), Fetch)  # and so does the next
+
+
+def test_a_waiter_gives_up_waiting_after_the_lock_timeout(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=10"), lock_timeout=0.1)
+    leader = c.cache.lookup("GET", URL, [])
+    leader.step()
+    follower = c.cache.lookup("GET", URL, [])
+    steps = [follower.step() for _ in range(10)]
+    assert isinstance(steps[-1], Fetch)
+    assert sum(isinstance(s, Wait) for s in steps) == 5
+
+
+def test_stale_while_revalidate_serves_at_once_and_revalidates_in_the_background(
+    wall: FakeClock,
+) -> None:
+    c = client(wall, fixed(cache_control="max-age=10, stale-while-revalidate=30", etag='"v1"'))
+    c.get()
+    wall.advance(25)
+    stale = c.get()
+    assert stale.cache == "stale"
+    assert len(c.spawned) == 1
+    assert len(c.origin.requests) == 1
+    assert c.get().cache == "stale"  # the revalidation is in flight: served, not spawned again
+    assert len(c.spawned) == 1
+    c.spawned[0]()
+    assert ("If-None-Match", '"v1"') in c.origin.requests[1]
+    assert c.get().cache == "hit"
+    wall.advance(10 + 31)  # past the allowance: a plain revalidation
+    assert c.get().cache == "miss"
+
+
+def test_the_caller_can_allow_stale_while_revalidate(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=10"), stale_while_revalidate=60)
+    c.get()
+    wall.advance(30)
+    assert c.get().cache == "stale"
+
+
+def test_must_revalidate_forbids_every_stale_mode(wall: FakeClock) -> None:
+    c = client(
+        wall,
+        fixed(cache_control="max-age=10, must-revalidate, stale-if-error=60"),
+        stale_while_revalidate=60,
+        stale_if_error=60,
+    )
+    c.get()
+    wall.advance(20)
+    c.origin.handler = fixed(503)
+    assert c.get().status == 503
+
+
+def test_stale_if_error_answers_for_errors_and_exceptions_within_its_allowance(
+    wall: FakeClock,
+) -> None:
+    c = client(wall, fixed(cache_control="max-age=10, stale-if-error=60"))
+    c.get()
+    wall.advance(30)
+    c.origin.handler = fixed(503)
+    on_503 = c.get()
+    assert (on_503.status, on_503.cache, on_503.body) == (200, "stale", b"v1")
+    assert on_503.record is not None
+    assert on_503.record["attempts"] == 1
+
+    def down(headers: list[tuple[str, str]]) -> Resp:
+        raise OriginDown
+
+    c.origin.handler = down
+    assert c.get().cache == "stale"
+    wall.advance(60)
+    with pytest.raises(OriginDown):
+        c.get()
+
+
+def test_the_caller_and_the_request_can_allow_stale_if_error(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=10"), stale_if_error=100)
+    c.get()
+    wall.advance(50)
+    c.origin.handler = fixed(500)
+    assert c.get().cache == "stale"
+    other = client(wall, fixed(cache_control="max-age=10"))
+    other.get()
+    wall.advance(50)
+    other.origin.handler = fixed(502)
+    assert other.get().status == 502
+    assert other.get(headers=[("Cache-Control", "stale-if-error=100")]).cache == "stale"
+
+
+def test_a_failed_early_refresh_serves_the_still_fresh_copy(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=100"))
+    c.get()
+    wall.advance(99.99)
+    c.origin.handler = fixed(503)
+    answer = c.get()
+    assert (answer.status, answer.cache) == (200, "hit")
+    assert len(c.origin.requests) == 2
+
+
+def test_only_if_cached(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=10"))
+    only = [("Cache-Control", "only-if-cached")]
+    assert c.get(headers=only).status == 504
+    c.get()
+    assert c.get(headers=only).cache == "hit"
+    wall.advance(20)
+    assert c.get(headers=only).status == 504
+    assert len(c.origin.requests) == 1
+
+
+def test_no_store_requests_bypass_and_no_cache_requests_revalidate(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60", etag='"v1"'))
+    assert c.get(headers=[("Cache-Control", "no-store")]).cache == "bypass"
+    assert c.entry() is None
+    c.get()
+    again = c.get(headers=[("Cache-Control", "no-cache")])
+    assert again.cache == "miss"  # the origin sent the whole body again
+    assert ("If-None-Match", '"v1"') in c.origin.requests[-1]
+
+
+def test_a_no_cache_response_is_validated_on_every_use(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="no-cache", etag='"v1"'))
+    c.get()
+    c.origin.handler = fixed(304, b"", etag='"v1"')
+    assert [c.get().cache for _ in range(3)] == ["revalidated"] * 3
+    assert len(c.origin.requests) == 4
+
+
+def test_unsafe_methods_invalidate_what_they_touch(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60"))
+    c.get()
+    c.get(f"{URL}/2")
+    c.origin.handler = fixed(201, location="/items/2")
+    assert c.get(method="POST").cache == "bypass"
+    assert c.entry() is None
+    assert c.entry(f"{URL}/2") is None
+
+
+def test_a_response_varies_on_the_fields_it_names(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60", vary="Accept"))
+    c.get(headers=[("Accept", "application/json")])
+    assert c.get(headers=[("Accept", "application/json")]).cache == "hit"
+    assert c.get(headers=[("Accept", "text/html")]).cache == "miss"
+
+
+def test_requests_with_credentials_never_share_an_entry(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60"))
+    c.get(headers=[("Authorization", "Bearer a")])
+    assert c.get(headers=[("Authorization", "Bearer a")]).cache == "hit"
+    assert c.get(headers=[("Authorization", "Bearer b")]).cache == "miss"
+    assert c.get().cache == "miss"
+
+
+def test_bodies_over_max_body_are_not_stored(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60", body=b"x" * 100), max_body=50)
+    assert c.get().body == b"x" * 100
+    assert c.entry() is None
+    declared = client(wall, fixed(cache_control="max-age=60", content_length="100"), max_body=50)
+    declared.get()
+    assert declared.entry() is None
+
+
+def test_the_stored_body_is_decoded_its_framing_headers_made_true(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60", content_encoding="gzip", body=b"plain"))
+    c.get()
+    entry = c.entry()
+    assert entry is not None
+    names = {k.lower(): v for k, v in entry.headers}
+    assert "content-encoding" not in names
+    assert names["content-length"] == "5"
+
+
+def test_xfetch_revalidates_earlier_when_the_fetch_is_slow(wall: FakeClock) -> None:
+    """With beta, an entry whose fetch took 5 s is due well before its jittered point."""
+    c = client(wall, fixed(cache_control="max-age=100"), jitter=0.0, early_refresh=1.0)
+    c.origin.took = 5.0
+    c.get()
+    entry = c.entry()
+    assert entry is not None
+    wall.advance(entry.lifetime - (wall() - entry.born) - 10)  # 10 s before expiry
+    dues = [c.cache.due(entry, wall()) for _ in range(200)]
+    assert 0 < sum(dues) < 200  # some callers, not all: P(due) = exp(-10 / 5)
+    assert sum(dues) == pytest.approx(200 * 0.135, abs=20)
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"max_bytes": 0}, ValueError),
+        ({"max_body": "1"}, TypeError),
+        ({"jitter": 1.0}, ValueError),
+        ({"stale_if_error": -1}, ValueError),
+        ({"lock_timeout": 0}, ValueError),
+        ({"rng": 3}, TypeError),
+        ({"clock": 3}, TypeError),
+        ({"storage": "ftp://x"}, ValueError),
+        ({"storage": 3}, TypeError),
+        ({"storage": "sqlite://"}, ValueError),
+    ],
+)
+def test_settings_are_validated_saying_what_is_allowed(
+    settings: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error, match=r"must|needs"):
+        HttpCache(**settings)  # type: ignore[arg-type]
+
+
+def test_the_age_of_a_stored_response_counts_from_its_date(wall: FakeClock) -> None:
+    """A response dated 50 s ago with max-age=60 is fresh for only 10 s more."""
+    date = "Tue, 14 Nov 2023 22:12:30 GMT"  # NOW - 50
+    c = client(wall, fixed(cache_control="max-age=60", date=date), jitter=0.0)
+    c.get()
+    wall.advance(9)
+    assert c.get().cache == "hit"
+    wall.advance(2)
+    assert c.get().cache == "miss"
+    assert NOW == 1_700_000_000.0
+
+
+def test_a_seeded_rng_draws_the_same_refresh_points(wall: FakeClock) -> None:
+    a = client(wall, fixed(cache_control="max-age=60"), rng=random.Random(1))
+    b = client(wall, fixed(cache_control="max-age=60"), rng=random.Random(1))
+    a.get()
+    b.get()
+    ea, eb = a.entry(), b.entry()
+    assert ea is not None
+    assert eb is not None
+    assert ea.refresh == eb.refresh
