@@ -1,0 +1,258 @@
+"""
+HttpCache against a real nginx (Cache-Control, ETag, Last-Modified, 304s) and a real Redis.
+
+nginx serves static files, so its validators and conditional answers are its own; what it
+received is read from its access log.  The cache's clock is virtual (started at the real time):
+freshness runs out without sleeping.  Skipped where nginx or redis-server is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+from smoothclient import HttpCache, SmoothAdapter, record_of
+from smoothclient.httpcache.cache import Fetch
+from smoothclient.testing import FakeClock
+from smoothclient.tools.redis_server import RedisServer, binary
+
+pytestmark = pytest.mark.e2e
+
+_CONF = """\
+daemon off;
+master_process off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log error;
+events {{ worker_connections 256; }}
+http {{
+    default_type text/plain;
+    client_body_temp_path {tmp}/client_body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    log_format seen '$uri $status';
+    server {{
+        listen 127.0.0.1:{port};
+        access_log {tmp}/access.log seen;
+        root {tmp}/www;
+        location /fresh/ {{ add_header Cache-Control "max-age=60"; }}
+        location /nocache/ {{ add_header Cache-Control "no-cache"; }}
+        location /nostore/ {{ add_header Cache-Control "no-store"; }}
+        location /swr/ {{ add_header Cache-Control "max-age=1, stale-while-revalidate=60"; }}
+        location /heuristic/ {{ }}
+    }}
+}}
+"""
+
+
+def _nginx_binary() -> str | None:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Nginx:
+    """A running nginx: its base URL and what it was asked."""
+
+    url: str
+    log: Path
+
+    def seen(self) -> Counter[tuple[str, int]]:
+        """``(path, status)`` -> how many requests nginx answered so."""
+        if not self.log.exists():
+            return Counter()
+        pairs = (line.split() for line in self.log.read_text().splitlines() if line.strip())
+        return Counter((path, int(status)) for path, status in pairs)
+
+
+@pytest.fixture(scope="module")
+def nginx() -> Iterator[Nginx]:
+    found = _nginx_binary()
+    if found is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    tmp = Path(tempfile.mkdtemp(prefix="smoothclient-nginx-"))
+    www = tmp / "www"
+    for folder in ("fresh", "nocache", "nostore", "swr", "heuristic"):
+        (www / folder).mkdir(parents=True)
+        for name in ("a", "b", "c"):
+            (www / folder / name).write_text(f"{folder}/{name}\n")
+    old = time.time() - 1000  # a heuristic lifetime of 100 s
+    os.utime(www / "heuristic" / "a", (old, old))
+    port = _free_port()
+    (tmp / "nginx.conf").write_text(_CONF.format(tmp=tmp, port=port))
+    process = subprocess.Popen(
+        [found, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        else:
+            pytest.skip("nginx did not start")
+        yield Nginx(f"http://127.0.0.1:{port}", tmp / "access.log")
+    finally:
+        process.terminate()
+        process.wait(5)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def session(cache: HttpCache) -> requests.Session:
+    s = requests.Session()
+    s.mount("http://", SmoothAdapter(cache=cache))
+    return s
+
+
+def labels(s: requests.Session, url: str, n: int, clock: FakeClock, step: float) -> list[str]:
+    """The cache label of ``n`` GETs of ``url``, ``step`` virtual seconds apart."""
+    found = []
+    for _ in range(n):
+        response = s.get(url)
+        response.raise_for_status()
+        record = record_of(response)
+        assert record is not None
+        found.append(str(record.cache))
+        clock.advance(step)
+    return found
+
+
+def test_max_age_hits_then_an_etag_revalidation_gets_nginx_s_304(nginx: Nginx) -> None:
+    clock = FakeClock(time.time())
+    s = session(HttpCache(clock=clock, jitter=0.0))
+    url = f"{nginx.url}/fresh/a"
+    assert labels(s, url, 3, clock, 20) == ["miss", "hit", "hit"]
+    clock.advance(1)  # 61 s old: stale
+    again = s.get(url)
+    assert (record_of(again).cache, again.text) == ("revalidated", "fresh/a\n")  # type: ignore[union-attr]
+    assert nginx.seen()[("/fresh/a", 200)] == 1
+    assert nginx.seen()[("/fresh/a", 304)] == 1
+
+
+def test_last_modified_gives_a_heuristic_lifetime(nginx: Nginx) -> None:
+    clock = FakeClock(time.time())
+    s = session(HttpCache(clock=clock, jitter=0.0))
+    url = f"{nginx.url}/heuristic/a"
+    assert labels(s, url, 2, clock, 50) == ["miss", "hit"]
+    clock.advance(5)  # past 10% of 1000 s
+    assert record_of(s.get(url)).cache == "revalidated"  # type: ignore[union-attr]
+    assert nginx.seen()[("/heuristic/a", 304)] == 1
+
+
+def test_no_cache_revalidates_every_use_and_no_store_is_never_stored(nginx: Nginx) -> None:
+    clock = FakeClock(time.time())
+    s = session(HttpCache(clock=clock))
+    assert labels(s, f"{nginx.url}/nocache/a", 3, clock, 0) == [
+        "miss",
+        "revalidated",
+        "revalidated",
+    ]
+    assert nginx.seen()[("/nocache/a", 304)] == 2
+    assert labels(s, f"{nginx.url}/nostore/a", 3, clock, 0) == ["miss"] * 3
+    assert nginx.seen()[("/nostore/a", 200)] == 3
+
+
+def test_stale_while_revalidate_serves_then_refreshes_in_the_background(nginx: Nginx) -> None:
+    clock = FakeClock(time.time())
+    s = session(HttpCache(clock=clock, jitter=0.0))
+    url = f"{nginx.url}/swr/a"
+    s.get(url)
+    clock.advance(5)
+    assert record_of(s.get(url)).cache == "stale"  # type: ignore[union-attr]
+    deadline = time.monotonic() + 5
+    while nginx.seen()[("/swr/a", 304)] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert nginx.seen()[("/swr/a", 304)] == 1
+
+
+def test_a_sqlite_cache_is_shared_by_the_processes_of_a_host(nginx: Nginx, tmp_path: Path) -> None:
+    storage = f"sqlite://{tmp_path}/cache.db"
+    s = session(HttpCache(storage))
+    s.get(f"{nginx.url}/fresh/b")
+    child = (
+        "import requests, sys; from smoothclient import HttpCache, SmoothAdapter, record_of; "
+        "s = requests.Session(); s.mount('http://', SmoothAdapter(cache=HttpCache(sys.argv[1]))); "
+        "print(record_of(s.get(sys.argv[2])).cache)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child, storage, f"{nginx.url}/fresh/b"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "hit"
+    assert nginx.seen()[("/fresh/b", 200)] == 1
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    if binary() is None:
+        pytest.skip("no redis-server")
+    with RedisServer() as server:
+        yield server.url
+
+
+def test_a_fleet_on_redis_shares_entries_and_one_revalidation(nginx: Nginx, redis_url: str) -> None:
+    clock = FakeClock(time.time())
+    a, b = (HttpCache(redis_url, clock=clock, jitter=0.0) for _ in range(2))
+    url = f"{nginx.url}/fresh/c"
+    session(a).get(url)
+    assert record_of(session(b).get(url)).cache == "hit"  # type: ignore[union-attr]
+    clock.advance(61)
+    leader = a.lookup("GET", url, [])
+    assert isinstance(leader.step(), Fetch)  # holds the fleet's lock key
+    follower = b.lookup("GET", url, [])
+    assert type(follower.step()).__name__ == "Wait"
+    leader.done()
+    assert isinstance(follower.step(), Fetch)
+    follower.done()
+    assert nginx.seen()[("/fresh/c", 200)] == 1
+
+
+def test_junk_in_redis_and_a_dead_redis_are_misses(nginx: Nginx) -> None:
+    if binary() is None:
+        pytest.skip("no redis-server")
+    import redis
+
+    with RedisServer() as server:
+        cache = HttpCache(server.url)
+        s = session(cache)
+        url = f"{nginx.url}/fresh/a"
+        s.get(url)
+        client = redis.Redis.from_url(server.url)
+        keys = client.keys("smoothclient:http:r:*")
+        assert keys
+        for key in keys:
+            client.set(key, b"\x00 not an entry")
+        assert record_of(s.get(url)).cache == "miss"  # type: ignore[union-attr]
+        server.kill()
+        response = s.get(url)
+        assert response.status_code == 200
+        assert record_of(response).cache == "miss"  # type: ignore[union-attr]
