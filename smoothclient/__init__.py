@@ -158,14 +158,24 @@ def __getattr__(name: str) -> Any:
     try:
         module = importlib.import_module(f"{__name__}.{module_name}")
     except ModuleNotFoundError as exc:
-        missing = (exc.name or "").partition(".")[0]
-        if extra is None or missing not in _EXTRA_PACKAGES[extra]:
+        if extra is None:
             raise
-        msg = f"smoothclient.{name} needs {extra}: pip install 'smoothclient[{extra}]'"
-        raise ImportError(msg, name=exc.name) from exc
+        raise _missing_extra(exc, extra, f"smoothclient.{name}") from exc
     value = getattr(module, name)
     globals()[name] = value
     return value
+
+
+def _missing_extra(exc: ModuleNotFoundError, extra: str, what: str) -> ImportError:
+    """
+    The error saying ``what`` needs ``extra``, when ``exc`` is one of its packages missing.
+
+    Any other missing module is raised as it was (a broken install is not a missing extra).
+    """
+    if (exc.name or "").partition(".")[0] not in _EXTRA_PACKAGES[extra]:
+        raise exc
+    msg = f"{what} needs {extra}: pip install 'smoothclient[{extra}]'"
+    return ImportError(msg, name=exc.name)
 
 
 def __dir__() -> list[str]:

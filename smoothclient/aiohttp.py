@@ -11,14 +11,11 @@ this module raises an :class:`ImportError` saying so).
 
 from __future__ import annotations
 
-from . import _EXTRA_PACKAGES
+from . import _missing_extra
 
 try:
     from .edges.aiohttp_middleware import RateLimitedError, SmoothMiddleware
 except ModuleNotFoundError as exc:  # the extra is missing: say which one to install
-    if (exc.name or "").partition(".")[0] not in _EXTRA_PACKAGES["aiohttp"]:
-        raise
-    msg = "smoothclient.aiohttp needs aiohttp: pip install 'smoothclient[aiohttp]'"
-    raise ImportError(msg, name=exc.name) from exc
+    raise _missing_extra(exc, "aiohttp", __name__) from exc
 
 __all__ = ["RateLimitedError", "SmoothMiddleware"]
