@@ -20,6 +20,7 @@ attempt the client's own timeout allows (docs/clients.md).
 
 from __future__ import annotations
 
+import json
 import operator
 import random
 import time
@@ -158,9 +159,8 @@ class Family:
             "x-should-retry": "false",
             "content-type": "application/json",
         }
-        body = b'{"error": {"type": "rate_limit_error", "message": "%s"}}' % (
-            str(exc).replace('"', "'").encode("utf-8", "replace")
-        )
+        error = {"type": "rate_limit_error", "code": "rate_limit_exceeded", "message": str(exc)}
+        body = json.dumps({"type": "error", "error": error}).encode()
         response = self.Response(429, headers=headers, content=body, request=request)
         response.extensions["smoothclient"] = record
         return response
