@@ -13,6 +13,9 @@ enforces (so the ideal drain time can be computed) and the arrivals it saw (serv
   ``nginx-light`` has it), bare 429s for the rest.
 - :func:`slowapi_server`: a Starlette app limited by slowapi (on the ``limits`` package),
   ``fixed-window`` or ``moving-window``, ``headers_enabled=True``, served by uvicorn.
+- :func:`haproxy_stick_table`: HAProxy's stick table (``http_req_rate`` over 1 s, over the
+  limit denied with 429; the system ``haproxy``, installed from Debian when missing and
+  root). Bare 429s. Its rate counts denied requests too: knocking renews the penalty.
 - :func:`limited_server`: smoothclient's own token-bucket test server, as a control.
 
 The Python servers run in a child process (so they never compete with the client for the
@@ -380,51 +383,66 @@ def _nginx(
 ) -> Iterator[Running]:
     """An nginx child enforcing ``limit`` through the configuration pieces given."""
     binary = ensure_nginx()
-    tmp = Path(tempfile.mkdtemp(prefix="limiter-nginx-"))
+
+    def command(tmp: Path, port: int) -> list[str]:
+        conf = _NGINX_CONF.format(
+            tmp=tmp, port=port, modules=modules, limiter=limiter, location=location, extra=extra
+        )
+        (tmp / "nginx.conf").write_text(conf)
+        return [binary, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")]
+
+    with _logged_child(name, limit, "nginx", command, to_log=False) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _logged_child(
+    name: str,
+    limit: Limit,
+    what: str,
+    command: Callable[[Path, int], list[str]],
+    *,
+    to_log: bool,
+) -> Iterator[Running]:
+    """
+    A server child (nginx, HAProxy) in a temp dir, restarted on a fresh port at each reset.
+
+    ``command(tmp, port)`` writes its configuration and gives its argv; it logs each request as
+    ``epoch.ms status`` to ``tmp/access.log`` (itself, or through its stdout: ``to_log``).
+    """
+    tmp = Path(tempfile.mkdtemp(prefix=f"limiter-{what}-"))
     (tmp / "www").mkdir()
     (tmp / "www" / "work").write_text("ok\n")
     (tmp / "www" / "index.html").write_text("ok\n")
-    state: dict[str, Any] = {"proc": None}
+    state: dict[str, Any] = {"proc": None, "log": None, "since": 0.0}
 
     def start() -> str:
-        for _ in range(5):  # the port is picked before nginx binds it: retry a taken one
+        for _ in range(5):  # the port is picked before the server binds it: retry a taken one
             port = _free_port()
-            conf = _NGINX_CONF.format(
-                tmp=tmp,
-                port=port,
-                modules=modules,
-                limiter=limiter,
-                location=location,
-                extra=extra,
-            )
-            (tmp / "nginx.conf").write_text(conf)
+            argv = command(tmp, port)
             (tmp / "access.log").write_text("")
+            log = open(tmp / "access.log", "a") if to_log else None  # noqa: SIM115
             proc = subprocess.Popen(
-                [
-                    binary,
-                    "-p",
-                    str(tmp),
-                    "-c",
-                    str(tmp / "nginx.conf"),
-                    "-e",
-                    str(tmp / "error.log"),
-                ],
+                argv,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+                stdout=log if log is not None else subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )
             try:
                 _wait_listening(port, proc, START_TIMEOUT)
             except RuntimeError:
                 _stop(proc)
+                if log is not None:
+                    log.close()
                 err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                if "Address already in use" in err:
+                if "Address already in use" in err or "cannot bind" in err:
                     continue
-                msg = f"nginx did not start: {err.strip()[-800:]}"
+                msg = f"{what} did not start: {err.strip()[-800:]}"
                 raise RuntimeError(msg) from None
-            state["proc"] = proc
+            # (the check that it listens is a connection HAProxy logs as a bad request)
+            state["proc"], state["log"], state["since"] = proc, log, time.time()
             return f"http://127.0.0.1:{port}"
-        msg = "nginx: no free port after 5 tries"
+        msg = f"{what}: no free port after 5 tries"
         raise RuntimeError(msg)
 
     def stop() -> None:
@@ -433,13 +451,16 @@ def _nginx(
             if state["proc"].stderr:
                 state["proc"].stderr.close()
             state["proc"] = None
+        if state["log"] is not None:
+            state["log"].close()
+            state["log"] = None
 
     def arrivals() -> list[tuple[float, int]]:
         out = []
         with open(tmp / "access.log") as f:
             for line in f:
                 at, _, status = line.partition(" ")
-                if status.strip():
+                if status.strip().isdigit() and float(at) >= state["since"]:
                     out.append((float(at), int(status)))
         return out
 
@@ -452,6 +473,88 @@ def _nginx(
     finally:
         stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- HAProxy
+
+
+_HAPROXY_CONF = """\
+global
+    maxconn 8192
+    log stdout format raw local0
+defaults
+    mode http
+    log global
+    log-format "%Ts.%ms %ST"
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+    timeout http-keep-alive 120s
+frontend bench
+    bind 127.0.0.1:{port}
+    stick-table type ip size 1k expire 60s store http_req_rate({period}s)
+    http-request track-sc0 src
+    http-request deny deny_status 429 if {{ sc_http_req_rate(0) gt {rate} }}
+    http-request return status 200 content-type text/plain string "ok"
+"""
+
+
+def ensure_haproxy() -> str:
+    """The path of ``haproxy``: the system's, or Debian's package installed when root."""
+    found = shutil.which("haproxy") or (
+        "/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None
+    )
+    if found is not None:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        msg = "haproxy is not installed (apt-get install haproxy) and we cannot install it"
+        raise Skip(msg)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv, timeout in (
+        (["apt-get", "update"], 300),
+        (["apt-get", "install", "-y", "--no-install-recommends", "haproxy"], 600),
+    ):
+        subprocess.run(
+            argv,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            timeout=timeout,
+        )
+    found = shutil.which("haproxy") or (
+        "/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None
+    )
+    if found is None:
+        msg = "apt-get install haproxy failed"
+        raise Skip(msg)
+    return found
+
+
+@contextlib.contextmanager
+def haproxy_stick_table(
+    rate: int = 10, period: int = 1, *, name: str = "haproxy"
+) -> Iterator[Running]:
+    """
+    HAProxy's stick table: 429 while the client's request rate over ``period`` s is > ``rate``.
+
+    ``http_req_rate`` counts every request, the denied ones too (a sliding window, as
+    HAProxy's rate counters are): a client that knocks while denied keeps itself denied.
+    """
+    binary = ensure_haproxy()
+    limit = Limit(
+        "moving-window",
+        rate,
+        window=float(period),
+        note=f"HAProxy stick table http_req_rate({period}s) > {rate}: denied requests count",
+    )
+
+    def command(tmp: Path, port: int) -> list[str]:
+        (tmp / "haproxy.cfg").write_text(_HAPROXY_CONF.format(port=port, rate=rate, period=period))
+        return [binary, "-db", "-f", str(tmp / "haproxy.cfg")]
+
+    with _logged_child(name, limit, "haproxy", command, to_log=True) as running:
+        yield running
 
 
 # ---------------------------------------------------------------- Python servers in a child
@@ -737,6 +840,7 @@ def _self_check() -> None:
         ("nginx limit_conn 5, 100 ms a request", lambda: nginx_limit_conn(5, 0.1)),
         ("slowapi fixed-window 10/second", lambda: slowapi_server("fixed-window", 10)),
         ("slowapi moving-window 20/second", lambda: slowapi_server("moving-window", 20)),
+        ("HAProxy stick table, over 10 in 1 s denied", lambda: haproxy_stick_table(10, 1)),
         ("LimitedServer ietf 10/s burst 5", lambda: limited_server("ietf", 10, 5)),
         ("LimitedServer github 10/s burst 5", lambda: limited_server("github", 10, 5)),
     ]

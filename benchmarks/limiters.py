@@ -12,13 +12,15 @@ Servers (benchmarks/limiter_servers.py; each cell starts on a fresh limiter):
   moving-window  slowapi (limits) moving window 20/second, same headers
   fixed-window-3s  slowapi (limits) fixed window 30 per 3 seconds, same headers
   retry-after    nginx limit_req 5r/s burst 2 nodelay (a bucket of 3) + "Retry-After: 1" only
+  haproxy        HAProxy stick table: 429 while over 10 requests in the last second, counting
+                 the denied ones (knocking renews the penalty); bare 429s
   control-*      smoothclient's own LimitedServer 10/s burst 5, "ietf" and "github" styles
 
 Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, nginx-conn,
 fixed-window and the controls, 100 on moving-window, 90 on fixed-window-3s, 30 on
-retry-after), and fleets of 3 and 6 OS processes (spawned, released together by a barrier,
-sharing nothing) of 20 GETs at once each, against nginx, fixed-window and retry-after (and
-3 against nginx-conn).
+retry-after; 60 on haproxy), and fleets of 3, 6 and 12 OS processes (spawned, released
+together by a barrier, sharing nothing) of 20 GETs at once each: 3 and 6 against nginx,
+fixed-window and retry-after, 3 and 12 against nginx-conn, 12 against nginx and fixed-window.
 Clients (one GET per call, retrying 429/503 until it succeeds, at most 50 attempts, waits
 capped at 30 s, 60 s request timeouts):
 
@@ -86,6 +88,7 @@ from limiter_servers import (
     Limit,
     Running,
     Skip,
+    haproxy_stick_table,
     limited_server,
     nginx_limit_conn,
     nginx_limit_req,
@@ -137,6 +140,7 @@ SERVERS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Running]
     "moving-window": (lambda: slowapi_server("moving-window", 20, 1), "async"),
     "fixed-window-3s": (lambda: slowapi_server("fixed-window", 30, 3), "async"),
     "retry-after": (lambda: nginx_limit_req(5, 2, retry_after=1, name="retry-after"), "threads"),
+    "haproxy": (lambda: haproxy_stick_table(10, 1), "async"),
     "control-ietf": (lambda: limited_server("ietf", 10, 5), "async"),
     "control-github": (lambda: limited_server("github", 10, 5), "async"),
 }
@@ -162,13 +166,17 @@ SCENARIOS = [
     Scenario("moving-window 100", "moving-window", 100),
     Scenario("fixed-window 3s 90", "fixed-window-3s", 90),
     Scenario("retry-after 30", "retry-after", 30),
+    Scenario("haproxy 60", "haproxy", 60),
     Scenario("control-ietf 60", "control-ietf", 60),
     Scenario("control-github 60", "control-github", 60),
     Scenario("nginx fleet 3x20", "nginx", FLEET_CALLS, 3),
     Scenario("nginx fleet 6x20", "nginx", FLEET_CALLS, 6),
+    Scenario("nginx fleet 12x20", "nginx", FLEET_CALLS, 12),
     Scenario("nginx conn fleet 3x20", "nginx-conn", FLEET_CALLS, 3),
+    Scenario("nginx conn fleet 12x20", "nginx-conn", FLEET_CALLS, 12),
     Scenario("fixed-window fleet 3x20", "fixed-window", FLEET_CALLS, 3),
     Scenario("fixed-window fleet 6x20", "fixed-window", FLEET_CALLS, 6),
+    Scenario("fixed-window fleet 12x20", "fixed-window", FLEET_CALLS, 12),
     Scenario("retry-after fleet 3x20", "retry-after", FLEET_CALLS, 3),
     Scenario("retry-after fleet 6x20", "retry-after", FLEET_CALLS, 6),
 ]
@@ -715,6 +723,7 @@ PLANNED = {
     "moving-window": Limit("moving-window", 20, window=1),
     "fixed-window-3s": Limit("fixed-window", 30, window=3),
     "retry-after": Limit("bucket", 3, rate=5),
+    "haproxy": Limit("moving-window", 10, window=1),
     "control-ietf": Limit("bucket", 5, rate=10),
     "control-github": Limit("bucket", 5, rate=10),
 }
