@@ -52,6 +52,7 @@ _KINDS: tuple[tuple[type[BaseException], ErrorKind], ...] = (
     (aiohttp.ServerTimeoutError, "timeout"),
     (aiohttp.ServerDisconnectedError, "protocol"),
     (aiohttp.ClientPayloadError, "read"),
+    (aiohttp.ClientConnectionResetError, "read"),
     (aiohttp.ClientOSError, "read"),
     (TimeoutError, "timeout"),
 )

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.client_reqrep import ConnectionKey
 
 import smoothclient
 from smoothclient import (
@@ -34,6 +35,7 @@ from smoothclient import (
     record_of,
 )
 from smoothclient.aiohttp import RateLimitedError, SmoothMiddleware
+from smoothclient.edges import aiohttp_middleware
 from smoothclient.testing import FakeClock
 
 T = TypeVar("T")
@@ -452,10 +454,45 @@ def test_bodies_in_memory_are_sent_again_and_a_stream_is_not(clock: FakeClock) -
     assert sent[-1] == [b"stream"]  # consumed by the first attempt: the 503 is returned
 
 
+_KEY = ConnectionKey("api.test", 80, False, True, None, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "sent"),
+    [
+        (
+            aiohttp.ClientConnectorError(_KEY, ConnectionRefusedError(111, "refused")),
+            "connect",
+            False,
+        ),
+        (aiohttp.ClientConnectorDNSError(_KEY, OSError(-2, "unknown host")), "connect", False),
+        (aiohttp.ConnectionTimeoutError("connect timed out"), "connect", False),
+        (aiohttp.SocketTimeoutError("read timed out"), "timeout", True),
+        (aiohttp.ServerDisconnectedError(), "protocol", True),
+        (aiohttp.ClientPayloadError("body cut short"), "read", True),
+        (aiohttp.ClientConnectionResetError("reset"), "read", True),
+        (aiohttp.ClientOSError(32, "broken pipe"), "read", True),
+        (TimeoutError(), "timeout", True),
+        (aiohttp.ClientConnectionError("other"), "other", True),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else None,
+)
+def test_aiohttp_errors_as_failure_kinds(error: Exception, kind: str, sent: bool) -> None:
+    """Each aiohttp transport error is the flow's failure kind; whether it may have been sent."""
+    failure = aiohttp_middleware._failure(error)
+    assert failure is not None
+    assert (failure.kind, failure.sent, failure.exception) == (kind, sent, error)
+
+
+def test_what_is_not_a_transport_error_is_raised_as_it_is() -> None:
+    """A bad URL, a bug, a refused certificate: no failure (the flow re-raises them)."""
+    certificate = aiohttp.ClientConnectorCertificateError(_KEY, ValueError("untrusted"))
+    for error in (aiohttp.InvalidURL("x"), ValueError("bug"), certificate):
+        assert aiohttp_middleware._failure(error) is None
+
+
 def test_import_smoothclient_aiohttp_is_the_edge() -> None:
     """The public module re-exports the edge's names; they need the aiohttp extra."""
-    from smoothclient.edges import aiohttp_middleware
-
     assert SmoothMiddleware is aiohttp_middleware.SmoothMiddleware
     assert issubclass(RateLimitedError, aiohttp.ClientError)
     with pytest.raises(TypeError, match="policy must be a RetryPolicy"):
