@@ -254,7 +254,7 @@ class SmoothMiddleware(Edge):
         except RateLimited as exc:
             raise _rate_limited(exc, request) from exc
         except _RESENT_AFTER as exc:
-            if began is not None:
+            if began is not None and not isinstance(exc, _NOT_SENT):  # (aiohttp raises those)
                 _LAST.set((timer, began, exc))
             raise
         response = sent.response
