@@ -83,7 +83,7 @@ def test_every_docs_page_cited_by_the_package_exists() -> None:
 def test_every_rule_and_section_cited_exists() -> None:
     """A cited rule (``docs/headers.md R3``) or section number is a heading of that page."""
     rules = set(re.findall(r"^### R([0-9]{1,2})\. ", (DOCS / "headers.md").read_text(), re.M))
-    assert rules == {str(n) for n in range(1, 16)}
+    assert rules == {str(n) for n in range(1, 17)}
     missing = []
     for path, text in _citing_files():
         missing += [

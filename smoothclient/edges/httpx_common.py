@@ -36,6 +36,7 @@ from ..pacing.pacer import PacerLike
 from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
 from .base import Edge, EdgeCore, RequestInfo, drainable
+from .cost import USAGE_LIMIT, CallCost, estimate_tokens, usage_of
 from .flow import Failure, Reply
 from .httpx_deadline import ENDS, cut_at_deadline
 
@@ -256,6 +257,22 @@ def _route(request: Any) -> tuple[str, str]:
     return request.method, request.url.path
 
 
+def _sdk_cost(request: Any) -> float:
+    """An SDK's request's tokens, estimated from its body (:func:`.cost.estimate_tokens`)."""
+    return estimate_tokens(request.content)
+
+
+def _has_usage(response: Any) -> bool:
+    """A success whose JSON body may say what it used (never a stream: those are not read)."""
+    if response.status_code >= 300:
+        return False
+    headers = response.headers
+    if not headers.get("content-type", "").startswith("application/json"):
+        return False
+    length = headers.get("content-length")
+    return length is None or (length.isdigit() and int(length) <= USAGE_LIMIT)
+
+
 def _sdk_retry(request: Any) -> bool:
     """Whether an SDK sends ``request`` as a retry of its own (its retry count above 0)."""
     count = request.headers.get(SDK_RETRY_COUNT)
@@ -289,6 +306,7 @@ class _Edge(Edge, Generic[T]):
         scope: ScopeFn | None = None,
         overrides: bool | None = None,
         sdk: bool = False,
+        cost: Callable[[Any], float] | None = None,
         **policy_fields: Any,
     ) -> None:
         """Wrap ``transport`` (see the public classes for the arguments)."""
@@ -297,9 +315,14 @@ class _Edge(Edge, Generic[T]):
             msg = f"sdk must be True or False, not {sdk!r}"
             raise TypeError(msg)
         fam = self.family
-        self._core = EdgeCore(
-            policy, pacer, rng, fam.access, _route, scope, policy_fields, overrides
-        )
+        if cost is None and sdk:
+            cost = _sdk_cost
+        #: the running cost of a call in tokens, when token quotas are paced (``cost=``)
+        self._cost = None if cost is None else CallCost(cost)
+        access = fam.access
+        if self._cost is not None:
+            access = FieldAccess(access.names, access.pairs, self._cost.per_call)
+        self._core = EdgeCore(policy, pacer, rng, access, _route, scope, policy_fields, overrides)
         if transport is None:
             transport = fam.lib.HTTPTransport() if self._sync else fam.lib.AsyncHTTPTransport()
         self.transport = transport  # the library's stock one when none was given
@@ -369,6 +392,12 @@ class _Edge(Edge, Generic[T]):
         cut = core.policy.cut_attempts
         return core, (not self.sdk) if cut is None else cut
 
+    def _used(self, response: Any, priced: float) -> None:
+        """A success's reported usage corrects the cost estimate (``cost=``)."""
+        used = usage_of(response.content)
+        if used is not None and self._cost is not None:
+            self._cost.used(priced, used)
+
     def _ended(self, response: Any, record: dict[str, Any]) -> Any:
         """The response handed over, with its record; in SDK mode a give-up says so."""
         response.extensions["smoothclient"] = record
@@ -396,6 +425,7 @@ class SyncEdge(_Edge[S]):
         """Send ``request`` through the retry flow; return the last response."""
         core, cut = self._core_for(request)
         fam = self.family
+        priced = None if self._cost is None else self._cost.noted(request)
         try:
             response, record = core.call(
                 self._origin(request),
@@ -409,6 +439,9 @@ class SyncEdge(_Edge[S]):
             )
         except RateLimited as exc:
             return self._refused(exc, request)
+        if priced is not None and _has_usage(response):
+            response.read()  # the caller reads all of it anyway
+            self._used(response, priced)
         return self._ended(response, record)
 
     async def __aenter__(self) -> NoReturn:
@@ -467,6 +500,7 @@ class AsyncEdge(_Edge[A]):
         """Send ``request`` through the retry flow; return the last response."""
         core, cut = self._core_for(request)
         fam = self.family
+        priced = None if self._cost is None else self._cost.noted(request)
         try:
             response, record = await core.call_async(
                 self._origin(request),
@@ -480,6 +514,9 @@ class AsyncEdge(_Edge[A]):
             )
         except RateLimited as exc:
             return self._refused(exc, request)
+        if priced is not None and _has_usage(response):
+            await response.aread()  # the caller reads all of it anyway
+            self._used(response, priced)
         return self._ended(response, record)
 
     def __enter__(self) -> NoReturn:

@@ -25,7 +25,7 @@ log = logging.getLogger("smoothclient.hints")
 class Ctx:
     """Per-response parsing context: the time reference and the reset interpretation."""
 
-    __slots__ = ("_ref", "fields", "names", "now", "reset_format")
+    __slots__ = ("_ref", "fields", "names", "now", "per_call", "reset_format")
 
     def __init__(self, fields: dict[str, list[str]], now: float, reset_format: ResetFormat) -> None:
         """Read ``fields`` (lowercased name -> values) as received at ``now`` (epoch s)."""
@@ -34,6 +34,8 @@ class Ctx:
         self.now = now
         self.reset_format = reset_format
         self._ref: float | None = None
+        #: what a call costs in the units of quotas not counted in requests (tokens), if known
+        self.per_call: float | None = None
 
     @property
     def ref(self) -> float:

@@ -99,11 +99,14 @@ class FieldAccess:
     """
     How to read one kind of header container: its names, and its ``(name, value)`` pairs.
 
-    ``names`` returns a collection (it is looked at up to twice).
+    ``names`` returns a collection (it is looked at up to twice).  ``per_call``, when given,
+    says what a call costs in the units of the quotas not counted in requests (an LLM API's
+    tokens), if known: such quotas are then read as calls (docs/headers.md R16).
     """
 
     names: Callable[[Any], Collection[object]]
     pairs: Callable[[Any], Iterable[tuple[object, object]]]
+    per_call: Callable[[], float | None] | None = None
 
 
 def _generic_pairs(headers: Any) -> Iterable[tuple[object, object]]:

@@ -131,6 +131,8 @@ def read_fields(
     if not found:
         return _EMPTY
     ctx = Ctx(found, time.time() if now is None else float(now), reset_format)
+    if access.per_call is not None:
+        ctx.per_call = access.per_call()
     extractors, timed, verdicts, aged, marked = _plan(ctx.names)
     delay = _safely("Retry-After", retry_after, ctx, None) if timed else None
     verdict = _safely("should-retry", should_retry, ctx, None) if verdicts else None

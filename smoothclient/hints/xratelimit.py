@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from collections.abc import Callable, Iterator
 
@@ -124,4 +125,18 @@ def dimensioned(ctx: Ctx) -> Iterator[Quota]:
             unit=unit,
         )
         if quota:
-            yield quota
+            yield quota if unit == "requests" else _as_scope(quota, dim, ctx.per_call)
+
+
+def _as_scope(quota: Quota, dim: str, per_call: float | None) -> Quota:
+    """
+    docs/headers.md R16: a quota of tokens is a scope of its own, counted in calls if it can be.
+
+    ``per_call``: what a call costs in tokens (the caller's estimate): what is left then reads
+    as the calls it still admits (whole calls: a part of one admits none).
+    """
+    if not per_call or per_call <= 0:
+        return dataclasses.replace(quota, scope=dim)
+    remaining = None if quota.remaining is None else float(math.floor(quota.remaining / per_call))
+    limit = None if quota.limit is None else quota.limit / per_call
+    return dataclasses.replace(quota, remaining=remaining, limit=limit, unit="requests", scope=dim)

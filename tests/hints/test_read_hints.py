@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from smoothclient import Hints, read_hints
 from smoothclient.hints import has_hints, read_body_hints, wants_body, with_body_hints
-from smoothclient.hints.fields import MAX_NAME, QUOTA_PREFIXES, FieldAccess, KnownNames
+from smoothclient.hints.fields import GENERIC, MAX_NAME, QUOTA_PREFIXES, FieldAccess, KnownNames
 from smoothclient.hints.numbers import parse_date, parse_go_duration, parse_number
-from smoothclient.hints.read import EXTRACTORS
+from smoothclient.hints.read import EXTRACTORS, read_fields
 
 NOW = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT
 
@@ -109,7 +109,15 @@ def test_garbage_dates(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("1s", 1.0), ("6m0s", 360.0), ("12ms", 0.012), ("1h2m3.5s", 3723.5), ("0", 0.0)],
+    [
+        ("1s", 1.0),
+        ("6m0s", 360.0),
+        ("12ms", 0.012),
+        ("850ms", 0.85),
+        ("1m30s", 90.0),
+        ("1h2m3.5s", 3723.5),
+        ("0", 0.0),
+    ],
 )
 def test_go_durations(text: str, expected: float) -> None:
     assert parse_go_duration(text) == pytest.approx(expected)
@@ -321,6 +329,55 @@ def test_openai_token_quota_binds_when_exhausted() -> None:
     assert hints.exhausted
     assert hints.reset_after == pytest.approx(0.012)
     assert hints.admitted_rate is None
+
+
+OPENAI = {
+    "x-ratelimit-limit-requests": "500",
+    "x-ratelimit-remaining-requests": "499",
+    "x-ratelimit-reset-requests": "120ms",
+    "x-ratelimit-limit-tokens": "30000",
+    "x-ratelimit-remaining-tokens": "1000",
+    "x-ratelimit-reset-tokens": "1m30s",
+}
+
+
+def test_a_token_quota_is_a_scope_of_its_own() -> None:
+    """docs/headers.md R16: the request quota stays unscoped, the tokens one is 'tokens'."""
+    hints = read_hints(OPENAI, now=NOW)
+    scopes = {q.unit: q.scope for q in hints.quotas}
+    assert scopes == {"requests": None, "tokens": "tokens"}
+    tokens = next(q for q in hints.quotas if q.scope == "tokens")
+    assert (tokens.remaining, tokens.reset_after) == (1000, 90.0)
+
+
+def test_a_token_quota_reads_as_calls_when_a_call_costs_known_tokens() -> None:
+    """R16 with a cost per call: 1000 tokens left at 300 a call admit 3 calls."""
+    access = FieldAccess(GENERIC.names, GENERIC.pairs, lambda: 300.0)
+    hints = read_fields(OPENAI, access, now=NOW)
+    tokens = next(q for q in hints.quotas if q.scope == "tokens")
+    assert (tokens.unit, tokens.remaining, tokens.limit) == ("requests", 3.0, 100.0)
+    assert hints.remaining == 3.0  # now the one closest to running out (R10)
+    no_estimate = FieldAccess(GENERIC.names, GENERIC.pairs, lambda: None)
+    assert read_fields(OPENAI, no_estimate, now=NOW).quotas == read_hints(OPENAI, now=NOW).quotas
+
+
+def test_anthropics_four_quotas_three_of_them_scopes_of_tokens() -> None:
+    fields = {"retry-after": "7"}
+    for dim in ("requests", "tokens", "input-tokens", "output-tokens"):
+        fields |= {
+            f"anthropic-ratelimit-{dim}-limit": "1000",
+            f"anthropic-ratelimit-{dim}-remaining": "900",
+            f"anthropic-ratelimit-{dim}-reset": "2023-11-14T22:13:30.5Z",
+        }
+    hints = read_hints(fields, now=NOW)
+    assert sorted(str(q.scope) for q in hints.quotas) == [
+        "None",
+        "input-tokens",
+        "output-tokens",
+        "tokens",
+    ]
+    assert all(q.reset_after == pytest.approx(10.5) for q in hints.quotas)
+    assert hints.retry_after == 7
 
 
 def test_anthropic_rfc3339_reset() -> None:

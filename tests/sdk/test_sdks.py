@@ -85,6 +85,20 @@ def test_calls_from_threads_are_paced_by_the_vendors_headers(
     assert set(server.retry_counts) == {"0"}  # the SDK never retried
 
 
+def test_calls_are_paced_by_the_token_quota_when_it_binds(vendor: str) -> None:
+    """
+    40 calls of about 115 tokens against 3000 tokens a second (100 requests): the token quota
+    binds; read as calls (docs/headers.md R16), it is paced too, almost no 429.
+    """
+    with LLMServer(vendor, requests=100, tokens=3000, window=1.0) as server:
+        client = sdk(vendor, server.url, SmoothTransport(sdk=True), max_retries=0)
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda _: chat(client), range(40)))
+    assert len(results) == 40
+    assert server.statuses[200] == 40
+    assert server.statuses[429] <= 4
+
+
 def test_a_throttled_chat_post_is_retried_here_and_not_by_the_sdk(
     vendor: str, server: LLMServer
 ) -> None:
