@@ -17,6 +17,7 @@ BENCHMARKS = [
     ("Per-request overhead in instructions", "instructions.py"),
     ("A fleet's shared Redis store: what a request costs", "redis_store.py"),
     ("Cache expiry, stampedes and hot keys", "cache_expiry.py"),
+    ("HTTP response caches: a hit, and a fleet's revalidations", "http_cache.py"),
     ("Outages without retry storms: a fleet of 4 against a server that goes down", "outage.py"),
     ("Random throttles: 30% of requests 429 whatever the rate", "noisy.py"),
 ]

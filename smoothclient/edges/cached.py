@@ -115,13 +115,12 @@ def cached_send(
     while isinstance(step, Wait):
         sleep(step.seconds)
         step = lookup.step()
-    if isinstance(step, Refuse):
-        return io.build(refused(lookup), served_record(refused(lookup), "miss"))
-    if isinstance(step, Serve):
-        if step.background:
-            fetch = lookup.background()
+    if not isinstance(step, Fetch):
+
+        def revalidate(fetch: Fetch) -> None:
             spawn(lambda: _revalidate(lookup, io, send, fetch))
-        return io.build(step.entry, served_record(step.entry, step.label))
+
+        return _from_store(lookup, io, step, revalidate)
     try:
         response = send(step.headers)
     except io.failures as exc:
@@ -130,6 +129,18 @@ def cached_send(
         lookup.done()
         raise
     return _answer(lookup, io, response)[0]
+
+
+def _from_store(
+    lookup: Lookup, io: EdgeIO[R], step: Serve | Refuse, revalidate: Callable[[Fetch], None]
+) -> R:
+    """The response from the store (a 504 for ``only-if-cached``), revalidations started."""
+    if isinstance(step, Refuse):
+        gateway_timeout = refused(lookup)
+        return io.build(gateway_timeout, served_record(gateway_timeout, "miss"))
+    if step.background:
+        revalidate(lookup.background())
+    return io.build(step.entry, served_record(step.entry, step.label))
 
 
 def _stand_in(lookup: Lookup, io: EdgeIO[R], exc: BaseException) -> R:
@@ -201,17 +212,15 @@ async def cached_send_async(
     while isinstance(step, Wait):
         await sleep(step.seconds)
         step = lookup.step()
-    if isinstance(step, Refuse):
-        return io.build(refused(lookup), served_record(refused(lookup), "miss"))
-    if isinstance(step, Serve):
-        if step.background:
-            fetch = lookup.background()
+    if not isinstance(step, Fetch):
 
-            async def revalidate() -> None:
+        def revalidate(fetch: Fetch) -> None:
+            async def work() -> None:
                 await _revalidate_async(lookup, io, send, fetch)
 
-            spawn(revalidate)
-        return io.build(step.entry, served_record(step.entry, step.label))
+            spawn(work)
+
+        return _from_store(lookup, io, step, revalidate)
     try:
         response = await send(step.headers)
     except io.failures as exc:

@@ -22,7 +22,7 @@ from typing import Literal, TypeVar
 
 from .._validate import fraction, optional_seconds, seconds
 from ..window import jittered_lifetime, xfetch_due
-from .entry import Entry
+from .entry import Entry, Junk
 from .rules import (
     CACHEABLE_METHODS,
     SAFE_METHODS,
@@ -50,6 +50,8 @@ T = TypeVar("T")
 CacheLabel = Literal["hit", "miss", "revalidated", "stale", "bypass"]
 #: How often a caller waiting for another's revalidation looks again.
 POLL = 0.02
+#: The fractional part of the golden ratio: the step of the low-discrepancy sequence.
+_GOLDEN = 0.6180339887498949
 #: Statuses that let ``stale-if-error`` serve a stored response (RFC 5861 section 4).
 ERROR_STATUSES = frozenset({500, 502, 503, 504})
 #: Headers that describe the body as sent, not as stored (it is stored decoded).
@@ -111,8 +113,11 @@ class HttpCache:
             :class:`~smoothclient.httpcache.stores.Store`.
         max_bytes: the most bytes the memory and SQLite stores hold (least recent dropped).
         max_body: bodies larger than this are not stored (nor held while read).
-        jitter: each entry is due for revalidation at an age drawn uniformly from the last
+        jitter: a revalidated entry is due again at an age drawn uniformly from the last
             ``jitter`` fraction of its freshness lifetime (``0 <= jitter < 1``; 0: at expiry).
+        spread: an entry stored on a miss is first due in the last ``spread`` fraction of its
+            lifetime (``0 <= spread < 1``), placed by a low-discrepancy sequence: entries
+            fetched together (a cold start) come due spread out, once, and stay apart.
         early_refresh: XFetch's ``beta`` (``None``: off): a caller may revalidate earlier still,
             the likelier the slower the last fetch was.
         stale_while_revalidate: seconds a stale response may be served while it is revalidated
@@ -131,6 +136,7 @@ class HttpCache:
         max_bytes: int = 64 * 2**20,
         max_body: int = 2**20,
         jitter: float = 0.1,
+        spread: float = 0.5,
         early_refresh: float | None = None,
         stale_while_revalidate: float | None = None,
         stale_if_error: float | None = None,
@@ -152,6 +158,7 @@ class HttpCache:
         self.max_bytes = max_bytes
         self.max_body = max_body
         self.jitter = fraction("jitter", jitter)
+        self.spread = fraction("spread", spread)
         self.early_refresh = optional_seconds("early_refresh", early_refresh)
         self.stale_while_revalidate = optional_seconds(
             "stale_while_revalidate", stale_while_revalidate
@@ -160,11 +167,16 @@ class HttpCache:
         self.lock_timeout = seconds("lock_timeout", lock_timeout, allow_zero=False)
         self.clock: Callable[[], float] = clock or time.time
         self.rng = rng or random.Random()
+        self._phase = self.rng.random()  # where this cache's sequence of first points starts
         self.store: Store = open_store(storage, max_bytes, self.clock)
         self._flights: dict[str, float] = {}  # key -> when the claim lapses
         self._uncacheable: dict[str, float] = {}  # key -> until when misses do not coalesce
         self._lock = threading.Lock()
+        self._paused_until = 0.0
         self.counts = dict.fromkeys(("hit", "miss", "revalidated", "stale", "bypass"), 0)
+
+    #: Seconds a store that failed is left alone (its calls are misses meanwhile).
+    STORE_PAUSE = 1.0
 
     def __repr__(self) -> str:
         """The store and the settings that matter."""
@@ -185,14 +197,25 @@ class HttpCache:
     # the store, its failures read as misses
 
     def _safe(self, what: str, fn: Callable[[], T], default: T) -> T:
+        """
+        ``fn()``, or ``default`` when the store fails (then it is left alone ``STORE_PAUSE`` s).
+
+        A store that is down costs each call its timeouts once, not on every call.
+        """
+        if self._paused_until and time.monotonic() < self._paused_until:
+            return default
         try:
             return fn()
+        except Junk as exc:
+            log.debug("http cache store held junk (%s): a miss", exc)
+            return default
         except Exception as exc:  # any store failure is a miss, never a failed call
+            self._paused_until = time.monotonic() + self.STORE_PAUSE
             log.debug("http cache store %s failed (%s: %s): a miss", what, type(exc).__name__, exc)
             return default
 
     def get(self, key: str) -> Entry | None:
-        """The entry under ``key``; ``None`` for none and for any failure."""
+        """The entry under ``key``; ``None`` for none, junk and any failure."""
         return self._safe("get", lambda: self.store.get(key), None)
 
     def put(self, entry: Entry) -> None:
@@ -246,8 +269,15 @@ class HttpCache:
         body: bytes,
         sent: float,
         received: float,
+        *,
+        first: bool = False,
     ) -> Entry:
-        """The entry for a response to ``lookup``'s request, its refresh point drawn."""
+        """
+        The entry for a response to ``lookup``'s request, its refresh point drawn.
+
+        ``first``: stored on a miss (its first point is spread wider: docs/http-cache.md
+        section 3).
+        """
         pairs = tuple(headers)
         found = freshness(pairs, sent, received, status=status)
         names = vary_names(pairs)
@@ -262,13 +292,22 @@ class HttpCache:
             selected=vary_values(names, lookup.headers),
             born=found.born,
             lifetime=found.lifetime,
-            refresh=jittered_lifetime(found.lifetime, self.jitter, self.rng.random()),
+            refresh=self._refresh_point(found.lifetime, first=first),
             revalidate=found.revalidate,
             strict=found.strict,
             swr=0.0 if found.strict else max(found.swr or 0.0, caller_swr),
             sie=0.0 if found.strict else max(found.sie or 0.0, caller_sie),
             delta=max(0.0, received - sent),
         )
+
+    def _refresh_point(self, lifetime: float, *, first: bool) -> float:
+        """The age at which an entry is due: see ``jitter`` and ``spread``."""
+        if not first:
+            return jittered_lifetime(lifetime, self.jitter, self.rng.random())
+        with self._lock:  # the golden-ratio sequence: any n consecutive points evenly apart
+            self._phase = (self._phase + _GOLDEN) % 1.0
+            u = self._phase
+        return jittered_lifetime(lifetime, self.spread, u)
 
     def due(self, entry: Entry, now: float) -> bool:
         """Whether a fresh ``entry`` is due for revalidation: its refresh point, or XFetch."""
@@ -447,9 +486,10 @@ class Lookup:
         """``recorder`` read the whole (decoded) body: store it, its framing headers made true."""
         headers = [(k, v) for k, v in recorder.headers if k.lower() not in _FRAMING]
         headers.append(("Content-Length", str(len(body))))
-        self.cache.put(
-            self.cache.entry(self, recorder.status, headers, body, self.sent, recorder.at)
+        entry = self.cache.entry(
+            self, recorder.status, headers, body, self.sent, recorder.at, first=self.entry is None
         )
+        self.cache.put(entry)
         self.done()
 
     def done(self, *, cacheable: bool = True) -> None:

@@ -185,13 +185,15 @@ def freshness(
     Lifetime: ``max-age``, else ``Expires - Date``, else (statuses of
     :data:`HEURISTIC_STATUSES`) :data:`HEURISTIC_FRACTION` of ``Date - Last-Modified``, else 0.
     ``s-maxage`` is for shared caches and ignored.  Age: ``Age``, ``Date`` and the response's
-    delay, as RFC 9111 section 4.2.3 corrects them.
+    delay, as RFC 9111 section 4.2.3 corrects them; the ``Date`` counts whole seconds, so the
+    age it proves is a second less than it reads.
     """
     pairs = list(headers)
     cc = _response_directives(pairs)
     date = http_date(header(pairs, "date"))
     date_value = response_time if date is None else date
-    apparent = max(0.0, response_time - date_value)
+    # a Date has one-second resolution: the response may have been made up to a second after it
+    apparent = max(0.0, response_time - date_value - 1.0)
     age_value = _seconds(header(pairs, "age")) or 0
     corrected = age_value + max(0.0, response_time - request_time)
     born = response_time - max(apparent, corrected)

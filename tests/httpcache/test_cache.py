@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -26,18 +27,35 @@ def test_a_miss_is_stored_and_the_next_call_is_a_hit_that_sends_nothing(wall: Fa
     assert c.cache.counts["hit"] == 1
 
 
-def test_each_entry_is_due_at_a_point_drawn_in_the_last_part_of_its_life(wall: FakeClock) -> None:
-    """Written together, 200 entries are due at 200 points spread over [0.9, 1.0] of 100 s."""
-    c = client(wall, fixed(cache_control="max-age=100"), jitter=0.1)
+def test_entries_stored_together_are_first_due_evenly_spread(wall: FakeClock) -> None:
+    """200 misses at once: due over [0.5, 1.0] of 100 s, no gap wider than 3 even shares."""
+    c = client(wall, fixed(cache_control="max-age=100"), spread=0.5)
     points = []
     for i in range(200):
         c.get(f"{URL}/{i}")
         entry = c.entry(f"{URL}/{i}")
         assert entry is not None
         points.append(entry.refresh)
+    assert all(50.0 <= p <= 100.0 for p in points)
+    ordered = sorted([50.0, *points, 100.0])
+    assert max(b - a for a, b in itertools.pairwise(ordered)) < 3 * 50 / 200
+
+
+def test_a_revalidated_entry_is_due_in_the_last_jitter_part_of_its_life(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=100", etag='"v1"'), jitter=0.1)
+    points = []
+    for _ in range(100):
+        c.get()
+        entry = c.entry()
+        assert entry is not None
+        wall.advance(entry.refresh + 0.01)
+        c.origin.handler = fixed(304, b"", cache_control="max-age=100")
+        assert c.get().cache == "revalidated"
+        renewed = c.entry()
+        assert renewed is not None
+        points.append(renewed.refresh)
     assert all(90.0 <= p <= 100.0 for p in points)
-    assert max(points) - min(points) > 9.0  # spread over the window, not bunched
-    assert len(set(points)) == 200
+    assert max(points) - min(points) > 8.0  # drawn over the window, not bunched
 
 
 def test_a_due_entry_is_revalidated_once_with_validators_and_a_304_refreshes_it(
@@ -278,7 +296,7 @@ def test_the_stored_body_is_decoded_its_framing_headers_made_true(wall: FakeCloc
 
 def test_xfetch_revalidates_earlier_when_the_fetch_is_slow(wall: FakeClock) -> None:
     """With beta, an entry whose fetch took 5 s is due well before its jittered point."""
-    c = client(wall, fixed(cache_control="max-age=100"), jitter=0.0, early_refresh=1.0)
+    c = client(wall, fixed(cache_control="max-age=100"), jitter=0, spread=0, early_refresh=1.0)
     c.origin.took = 5.0
     c.get()
     entry = c.entry()
@@ -312,13 +330,13 @@ def test_settings_are_validated_saying_what_is_allowed(
 
 
 def test_the_age_of_a_stored_response_counts_from_its_date(wall: FakeClock) -> None:
-    """A response dated 50 s ago with max-age=60 is fresh for only 10 s more."""
+    """Dated 50 s ago (49 proven: whole seconds) with max-age=60: fresh for 11 s more."""
     date = "Tue, 14 Nov 2023 22:12:30 GMT"  # NOW - 50
-    c = client(wall, fixed(cache_control="max-age=60", date=date), jitter=0.0)
+    c = client(wall, fixed(cache_control="max-age=60", date=date), jitter=0.0, spread=0.0)
     c.get()
-    wall.advance(9)
+    wall.advance(10.9)
     assert c.get().cache == "hit"
-    wall.advance(2)
+    wall.advance(0.2)
     assert c.get().cache == "miss"
     assert NOW == 1_700_000_000.0
 
@@ -332,3 +350,53 @@ def test_a_seeded_rng_draws_the_same_refresh_points(wall: FakeClock) -> None:
     assert ea is not None
     assert eb is not None
     assert ea.refresh == eb.refresh
+
+
+def test_the_async_layer_hits_revalidates_in_the_background_and_stands_in(
+    wall: FakeClock,
+) -> None:
+    """cached_send_async: the same outcomes, its spawned revalidation and closes awaited."""
+    import asyncio
+    import dataclasses
+    from collections.abc import Awaitable, Callable
+
+    from smoothclient.edges.cached import cached_send_async
+
+    from .conftest import IO
+
+    c = client(
+        wall, fixed(cache_control="max-age=10, stale-while-revalidate=30, stale-if-error=60")
+    )
+    spawned: list[Callable[[], Awaitable[None]]] = []
+    closed: list[Resp] = []
+
+    async def close(response: Resp) -> None:
+        closed.append(response)
+
+    io = dataclasses.replace(IO, close=close)
+
+    async def send(extra: dict[str, str]) -> Resp:
+        return c.origin.send(list(extra.items()))
+
+    async def nap(seconds: float) -> None:
+        wall.advance(seconds)
+
+    async def get() -> Resp:
+        return await cached_send_async(c.cache, io, "GET", URL, [], send, nap, spawned.append)
+
+    async def scenario() -> list[str | None]:
+        labels = [(await get()).cache, (await get()).cache]
+        wall.advance(20)
+        labels.append((await get()).cache)  # stale: served, revalidated in the background
+        await spawned[0]()
+        labels.append((await get()).cache)
+        wall.advance(50)
+        c.origin.handler = fixed(503)
+        answer = await get()
+        labels.append(answer.cache)
+        return labels
+
+    assert asyncio.run(scenario()) == ["miss", "hit", "stale", "hit", "stale"]
+    assert len(closed) == 1
+    assert closed[0].status == 503
+    assert len(c.origin.requests) == 3

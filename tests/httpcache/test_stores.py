@@ -137,9 +137,27 @@ class Broken:
 
 def test_a_store_that_fails_is_a_miss_never_a_failed_call(wall: FakeClock) -> None:
     c = client(wall, fixed(cache_control="max-age=60"), storage=Broken())
+    c.cache.STORE_PAUSE = 0.0  # every call tries the store
     assert [c.get().cache for _ in range(3)] == ["miss"] * 3
     assert c.get(method="DELETE").status == 200
     c.cache.close()
+
+
+class Counted(Broken):
+    """A failing store that counts the calls it gets."""
+
+    calls = 0
+
+    def get(self, key: str) -> Entry | None:
+        Counted.calls += 1
+        raise OSError("timed out")
+
+
+def test_a_store_that_failed_is_left_alone_for_a_while(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60"), storage=Counted())
+    c.cache.STORE_PAUSE = 3600.0
+    assert [c.get().cache for _ in range(5)] == ["miss"] * 5
+    assert Counted.calls == 1
 
 
 class DeadRedis:
