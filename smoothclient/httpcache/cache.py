@@ -177,6 +177,29 @@ class HttpCache:
 
     #: Seconds a store that failed is left alone (its calls are misses meanwhile).
     STORE_PAUSE = 1.0
+    #: The settings: fixed once made (make another cache to change them).
+    SETTINGS = frozenset(
+        {
+            "max_bytes",
+            "max_body",
+            "jitter",
+            "spread",
+            "early_refresh",
+            "stale_while_revalidate",
+            "stale_if_error",
+            "lock_timeout",
+            "clock",
+            "rng",
+            "store",
+        }
+    )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Set an attribute; a setting only once, at construction."""
+        if name in self.SETTINGS and name in self.__dict__:
+            msg = f"HttpCache.{name} is fixed at construction: make another HttpCache"
+            raise AttributeError(msg)
+        super().__setattr__(name, value)
 
     def __repr__(self) -> str:
         """The store and the settings that matter."""

@@ -400,3 +400,10 @@ def test_the_async_layer_hits_revalidates_in_the_background_and_stands_in(
     assert len(closed) == 1
     assert closed[0].status == 503
     assert len(c.origin.requests) == 3
+
+
+def test_the_settings_are_fixed_once_made() -> None:
+    cache = HttpCache(jitter=0.2)
+    with pytest.raises(AttributeError, match="fixed at construction"):
+        cache.jitter = 0.5
+    assert cache.jitter == 0.2
