@@ -374,10 +374,11 @@ def merge_304(stored: Headers, fresh: Headers) -> list[tuple[str, str]]:
 
     Every field the 304 carries replaces the stored one of that name, except the framing fields
     (``Content-Length``, ``Content-Encoding``, ``Transfer-Encoding``) that describe the stored
-    body.
+    body.  The stored ``Date`` and ``Age`` go whether or not the 304 has its own: they dated
+    the old response, and the age starts again from this one.
     """
     new = [(k, v) for k, v in fresh if k.lower() not in _KEPT_ON_304]
-    replaced = {k.lower() for k, _ in new}
+    replaced = {k.lower() for k, _ in new} | {"date", "age"}
     return [(k, v) for k, v in stored if k.lower() not in replaced] + new
 
 

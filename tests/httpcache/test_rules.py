@@ -212,6 +212,14 @@ def test_a_304_updates_the_stored_headers_but_not_the_framing() -> None:
     }
 
 
+def test_a_304_without_a_date_drops_the_stored_date_and_age() -> None:
+    stored = [("Date", DATE), ("Age", "100"), ("ETag", '"v1"')]
+    assert merge_304(stored, [("Cache-Control", "max-age=5")]) == [
+        ("ETag", '"v1"'),
+        ("Cache-Control", "max-age=5"),
+    ]
+
+
 def test_unsafe_methods_invalidate_their_target_and_same_origin_locations() -> None:
     url = "https://api.test/items/1"
     response = h(location="/items/2", content_location="https://other.test/x")
