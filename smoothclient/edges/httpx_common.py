@@ -35,7 +35,7 @@ from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
-from .base import Edge, EdgeCore, RequestInfo, drainable
+from .base import Edge, EdgeCore, RequestInfo, cut_on_asyncio, drainable
 from .cost import USAGE_LIMIT, CallCost, estimate_tokens, usage_of
 from .flow import Failure, Reply
 from .httpx_deadline import ENDS, cut_at_deadline
@@ -203,34 +203,25 @@ async def _bounded(
     """
     ``attempt`` cut as a whole at ``left`` seconds, raising the library's ``ReadTimeout``.
 
-    Each read's own timeout bounds one read only: a header block dripped a byte at a time
-    would hold the attempt past the call's deadline.  A cancel scope bounds the whole
-    attempt (``asyncio.timeout`` on asyncio, ``anyio`` elsewhere, e.g. trio).  The sync
-    transport ends every network wait with the attempt instead (:mod:`.httpx_deadline`).
+    On asyncio the edges' own cut (:func:`.base.cut_on_asyncio`); elsewhere (trio) anyio's
+    cancel scope, which follows the running library.  The sync transport ends every network
+    wait with the attempt instead (:mod:`.httpx_deadline`).
     """
     import asyncio  # imported here: only async callers come this way, and it is cheap then
 
+    def late(message: str) -> Exception:
+        return timeout(message, request=request)
+
     try:
         asyncio.get_running_loop()
-    except RuntimeError:  # not asyncio (trio): anyio's scope follows the running library
+    except RuntimeError:  # not asyncio (trio)
         import anyio
 
         with anyio.move_on_after(left):
             return await attempt
-        raise _deadline_passed(request, left, timeout) from None
-    timer = asyncio.timeout(left)
-    try:
-        async with timer:
-            return await attempt
-    except TimeoutError:
-        if not timer.expired():
-            raise  # not ours
-        raise _deadline_passed(request, left, timeout) from None
-
-
-def _deadline_passed(request: Any, left: float, timeout: Callable[..., Exception]) -> Exception:
-    msg = f"the attempt outlasted what was left of the call's deadline ({left:.3g} s)"
-    return timeout(msg, request=request)
+        message = f"the attempt outlasted what was left of the call's deadline ({left:.3g} s)"
+        raise late(message) from None
+    return await cut_on_asyncio(attempt, left, late)
 
 
 def _cut(request: Any, left: float | None) -> Any:
@@ -327,6 +318,8 @@ class _Edge(Edge, Generic[T]):
             transport = fam.lib.HTTPTransport() if self._sync else fam.lib.AsyncHTTPTransport()
         self.transport = transport  # the library's stock one when none was given
         self._sleep = sleep if sleep is not None else self._default_sleep()
+        #: how the call reads a response, classifies an error, discards one, and waits
+        self._reading = (fam.reply, fam.failure, self._discard, self._sleep)
         self.sdk = sdk
         #: whether a stock sync transport's network waits can be cut at the deadline
         self._cuts = self._sync and cut_at_deadline(transport, fam.core)
@@ -381,8 +374,12 @@ class _Edge(Edge, Generic[T]):
             return isinstance(request.stream, lib.ByteStream)
         return True
 
-    def _core_for(self, request: Any) -> tuple[EdgeCore, bool]:
-        """The core this request runs with, and whether its attempts are cut at the deadline."""
+    def _begin(self, request: Any) -> tuple[EdgeCore, bool, float | None]:
+        """
+        How ``request`` runs: its core, whether the deadline cuts its attempts, its cost.
+
+        The cost is its estimated tokens (``cost=``), if the transport paces them.
+        """
         fam = self.family
         if not isinstance(request, fam.Request):
             raise fam.wrong_request(request, type(self).__name__)
@@ -390,7 +387,11 @@ class _Edge(Edge, Generic[T]):
         if self.sdk and _sdk_retry(request):
             core = core.under({"attempts": 1})  # the SDK retries: no retries of ours on top
         cut = core.policy.cut_attempts
-        return core, (not self.sdk) if cut is None else cut
+        priced = None if self._cost is None else self._cost.noted(request)
+        return core, (not self.sdk) if cut is None else cut, priced
+
+    def _discard(self, response: Any) -> Any:  # pragma: no cover - each transport has its own
+        raise NotImplementedError
 
     def _used(self, response: Any, priced: float) -> None:
         """A success's reported usage corrects the cost estimate (``cost=``)."""
@@ -423,19 +424,11 @@ class SyncEdge(_Edge[S]):
 
     def handle_request(self, request: Any) -> Any:
         """Send ``request`` through the retry flow; return the last response."""
-        core, cut = self._core_for(request)
-        fam = self.family
-        priced = None if self._cost is None else self._cost.noted(request)
+        core, cut, priced = self._begin(request)
+        send = self._attempt if cut else self._whole
         try:
             response, record = core.call(
-                self._origin(request),
-                request,
-                self._info,
-                self._attempt if cut else self._whole,
-                fam.reply,
-                fam.failure,
-                self._discard,
-                self._sleep,
+                self._origin(request), request, self._info, send, *self._reading
             )
         except RateLimited as exc:
             return self._refused(exc, request)
@@ -498,19 +491,11 @@ class AsyncEdge(_Edge[A]):
 
     async def handle_async_request(self, request: Any) -> Any:
         """Send ``request`` through the retry flow; return the last response."""
-        core, cut = self._core_for(request)
-        fam = self.family
-        priced = None if self._cost is None else self._cost.noted(request)
+        core, cut, priced = self._begin(request)
+        send = self._attempt if cut else self._whole
         try:
             response, record = await core.call_async(
-                self._origin(request),
-                request,
-                self._info,
-                self._attempt if cut else self._whole,
-                fam.reply,
-                fam.failure,
-                self._discard,
-                self._sleep,
+                self._origin(request), request, self._info, send, *self._reading
             )
         except RateLimited as exc:
             return self._refused(exc, request)

@@ -101,8 +101,11 @@ def split(
     if _throttle(status, hints):
         if hints.origin_wide:
             return [(None, status, with_timing(hints_of(home)))]
+        spent = [name for name, part in parts.items() if part.exhausted]
+        if not spent and home and hints_of(home).exhausted:  # the host's own quota ran out
+            return [(None, status, with_timing(hints_of(home)))]
         responsible = (
-            [name for name, part in parts.items() if part.exhausted]
+            spent
             or list(given)
             or list(named)
             or list(bound)

@@ -30,7 +30,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from .server import _Server
+from .server import Listening, _Server
 
 __all__ = ["Bucket", "LLMServer", "go_duration"]
 
@@ -66,6 +66,8 @@ class Bucket:
 
 def go_duration(seconds: float) -> str:
     """``seconds`` as OpenAI writes a reset: ``850ms`` below a second, else ``6m0s``, ``1s``."""
+    if seconds <= 0.0:
+        return "0s"
     if seconds < 1.0:
         return f"{max(1, round(seconds * 1000))}ms"
     minutes, rest = divmod(seconds, 60.0)
@@ -78,7 +80,7 @@ def _rfc3339(after: float) -> str:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-class LLMServer:
+class LLMServer(Listening):
     """
     The fake; a context manager (or :meth:`start` / :meth:`stop`).
 
@@ -116,41 +118,11 @@ class LLMServer:
         self.retry_counts: Counter[str] = Counter()
         #: events of streamed answers written so far
         self.streamed = 0
-        self._httpd: _Server | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        assert self._httpd is not None, "the server is not started"
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
 
     @property
     def sent(self) -> int:
         """Requests received."""
         return sum(self.statuses.values())
-
-    def start(self) -> LLMServer:
-        """Listen on a free port of 127.0.0.1 in a background thread."""
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self  # type: ignore[assignment]
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        """Stop listening."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> LLMServer:
-        """Start."""
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop."""
-        self.stop()
 
     def admit(self, cost: float) -> tuple[int, list[tuple[str, str]]]:
         """Take one request and ``cost`` tokens, or refuse: the status and the headers."""
@@ -171,21 +143,21 @@ class LLMServer:
         if self.vendor == "openai":
             return [
                 ("x-ratelimit-limit-requests", f"{r.limit:g}"),
-                ("x-ratelimit-remaining-requests", str(math.floor(r.level))),
+                ("x-ratelimit-remaining-requests", str(max(0, math.floor(r.level)))),
                 ("x-ratelimit-reset-requests", go_duration(r.full_in())),
                 ("x-ratelimit-limit-tokens", f"{t.limit:g}"),
-                ("x-ratelimit-remaining-tokens", str(math.floor(t.level))),
+                ("x-ratelimit-remaining-tokens", str(max(0, math.floor(t.level)))),
                 ("x-ratelimit-reset-tokens", go_duration(t.full_in())),
             ]
         headers = [
             ("anthropic-ratelimit-requests-limit", f"{r.limit:g}"),
-            ("anthropic-ratelimit-requests-remaining", str(math.floor(r.level))),
+            ("anthropic-ratelimit-requests-remaining", str(max(0, math.floor(r.level)))),
             ("anthropic-ratelimit-requests-reset", _rfc3339(r.full_in())),
         ]
         for name in ("tokens", "input-tokens", "output-tokens"):
             headers += [
                 (f"anthropic-ratelimit-{name}-limit", f"{t.limit:g}"),
-                (f"anthropic-ratelimit-{name}-remaining", str(math.floor(t.level))),
+                (f"anthropic-ratelimit-{name}-remaining", str(max(0, math.floor(t.level)))),
                 (f"anthropic-ratelimit-{name}-reset", _rfc3339(t.full_in())),
             ]
         if wait > 0.0:
@@ -209,7 +181,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet."""
 
     def do_POST(self) -> None:
-        owner: LLMServer = self.server.owner  # type: ignore[assignment]
+        owner: LLMServer = self.server.owner
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
         owner.retry_counts[self.headers.get("x-stainless-retry-count", "-")] += 1
@@ -351,3 +323,6 @@ def _events(vendor: str, prompt: int, completion: int) -> list[str]:
         ("message_stop", {"type": "message_stop"}),
     ]
     return [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events]
+
+
+LLMServer.handler = _Handler

@@ -26,11 +26,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 from ..pacing.gcra import Gcra
 
-__all__ = ["Arrival", "LimitedServer", "TokenBucket", "serve"]
+__all__ = ["Arrival", "LimitedServer", "Listening", "TokenBucket", "serve"]
 
 STYLES = ("ietf", "github", "retry-after", "none")
 
@@ -149,7 +149,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024
-    owner: LimitedServer
+    owner: Any  # the Listening object it serves
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients hanging up (resets, broken pipes) are normal here: stay quiet."""
@@ -157,7 +157,48 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class LimitedServer:
+class Listening:
+    """
+    A server on a free port of 127.0.0.1, served by a background thread.
+
+    A context manager, or :meth:`start` / :meth:`stop`; ``handler`` answers its requests,
+    which find this object as ``self.server.owner``.
+    """
+
+    handler: type[BaseHTTPRequestHandler]
+    _httpd: _Server | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        assert self._httpd is not None, "the server is not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> Self:
+        """Listen on a free port of 127.0.0.1 in a background thread."""
+        self._httpd = _Server(("127.0.0.1", 0), self.handler)
+        self._httpd.owner = self
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> Self:
+        """Start."""
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop."""
+        self.stop()
+
+
+class LimitedServer(Listening):
     """
     The rate-limited server; use as a context manager or call :meth:`start` / :meth:`stop`.
 
@@ -166,6 +207,8 @@ class LimitedServer:
         burst: bucket size.
         style: which headers to send (see the module docstring).
     """
+
+    handler = _Handler
 
     def __init__(self, rate: float = 10.0, burst: float = 5.0, style: str = "ietf") -> None:
         """Configure; nothing listens until :meth:`start`."""
@@ -177,38 +220,6 @@ class LimitedServer:
         self.log: list[Arrival] = []
         self._seen: set[str] = set()
         self._log_lock = threading.Lock()
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT``."""
-        assert self._httpd is not None, "the server is not started"
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> LimitedServer:
-        """Listen on a free port of 127.0.0.1 in a background thread."""
-        self._httpd = _Server(("127.0.0.1", 0), _Handler)
-        self._httpd.owner = self
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop listening."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> LimitedServer:
-        """Start."""
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop."""
-        self.stop()
 
     def reset(self) -> None:
         """Refill the bucket and clear the log."""

@@ -171,6 +171,14 @@ def test_split_a_throttle_goes_to_the_exhausted_scope() -> None:
     assert seen[0][2].retry_after == 30.0
 
 
+def test_split_a_throttle_on_the_hosts_spent_quota_goes_to_the_host() -> None:
+    """OpenAI's shape: the requests quota (unnamed) spent, the tokens scope not: the host's."""
+    hints = hints_of([q(None, 0), q("tokens", 9)])
+    seen = split(429, hints, ("tokens",), ())
+    assert [(name, status) for name, status, _ in seen] == [(None, 429)]
+    assert seen[0][2].exhausted
+
+
 def test_split_a_throttle_without_an_exhausted_quota() -> None:
     plain = Hints(retry_after=1.0)
     assert [n for n, _, _ in split(429, plain, ("write",), ("write",))] == ["write"]
