@@ -199,6 +199,11 @@ FLEET_CLIENTS = [
 def worker(kind: str, base: str, redis_url: str, tmp: str, start: float, seconds: float) -> None:
     """One process of the fleet: 8 threads reading the 50 URLs until ``start + seconds``."""
     family, storage = kind.rsplit(" ", 1)
+    if os.environ.get("HTTP_CACHE_BENCH_LOG"):  # the cache's debug log (store failures) on stderr
+        import logging
+
+        logging.basicConfig(level=logging.WARNING)
+        logging.getLogger("smoothclient.httpcache").setLevel(logging.DEBUG)
     shared = smooth_cache(storage, redis_url, tmp) if family == "smoothclient" else None
     errors = Counter[str]()
 
