@@ -25,8 +25,10 @@ extra headers) goes through :func:`cached_send` (or :func:`cached_send_async`)::
         )
 
 ``tee`` is handed a :class:`~smoothclient.httpcache.cache.Recorder`: feed it the body as the
-caller reads it, **decoded** (no ``Content-Encoding`` left: the stored headers drop it), then
-``finish()`` at its end, or ``abandon()`` when the response is closed before.  The record
+caller reads it, decoded (the stored headers then drop ``Content-Encoding``: requests), or as
+sent after ``recorder.as_sent()`` (an httpx transport sees the bytes before the client decodes
+them: ``Content-Encoding`` is kept, and ``build`` gets it back to decode), then ``finish()``
+at its end, or ``abandon()`` when the response is closed before.  The record
 of every response the caller gets says ``cache``: ``"hit"``, ``"miss"``, ``"revalidated"``,
 ``"stale"`` or ``"bypass"`` (the layer sets it on the dict ``record`` returns, or builds it).
 A hit never reaches ``send``: it costs no pacing.  A revalidation is ``send`` with

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import requests
+import urllib3
 from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
 
@@ -42,13 +43,27 @@ def _reason(status: int) -> str:
 
 
 def built(entry: Entry, record: Record, request: requests.PreparedRequest) -> requests.Response:
-    """A ``requests.Response`` of a stored response, its body already read."""
+    """
+    A ``requests.Response`` of a stored response, its body already read.
+
+    A body stored content-encoded (by an edge that stores bodies as sent) is decoded as it is
+    read, as urllib3 decodes one from the network.
+    """
     response = requests.Response()
     response.status_code = entry.status
     response.headers = _joined(entry.headers)
-    response._content = entry.body
-    response._content_consumed = True  # type: ignore[attr-defined]
-    response.raw = io.BytesIO(entry.body)
+    if "content-encoding" in response.headers:
+        response.raw = urllib3.HTTPResponse(
+            body=io.BytesIO(entry.body),
+            headers=dict(response.headers),
+            status=entry.status,
+            preload_content=False,
+            decode_content=True,
+        )
+    else:
+        response._content = entry.body
+        response._content_consumed = True  # type: ignore[attr-defined]
+        response.raw = io.BytesIO(entry.body)
     response.url = request.url or ""
     response.request = request
     response.reason = _reason(entry.status)

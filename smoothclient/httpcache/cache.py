@@ -56,6 +56,7 @@ _GOLDEN = 0.6180339887498949
 ERROR_STATUSES = frozenset({500, 502, 503, 504})
 #: Headers that describe the body as sent, not as stored (it is stored decoded).
 _FRAMING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+_TRANSFER = frozenset({"content-length", "transfer-encoding"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -506,8 +507,13 @@ class Lookup:
         return found
 
     def stored(self, recorder: Recorder, body: bytes) -> None:
-        """``recorder`` read the whole (decoded) body: store it, its framing headers made true."""
-        headers = [(k, v) for k, v in recorder.headers if k.lower() not in _FRAMING]
+        """
+        ``recorder`` read the whole body: store it, its framing headers made true.
+
+        A decoded body loses ``Content-Encoding``; one kept as sent keeps it.
+        """
+        dropped = _TRANSFER if recorder.encoded else _FRAMING
+        headers = [(k, v) for k, v in recorder.headers if k.lower() not in dropped]
         headers.append(("Content-Length", str(len(body))))
         entry = self.cache.entry(
             self, recorder.status, headers, body, self.sent, recorder.at, first=self.entry is None
@@ -527,10 +533,12 @@ class Recorder:
     Collects a storable response's body as the caller reads it; stores it once read to the end.
 
     Stops collecting (and stores nothing) past ``max_body`` bytes; :meth:`abandon` when the
-    body is not read to its end.  Either ends the lookup.
+    body is not read to its end.  Either ends the lookup.  The body fed is decoded (what
+    requests gives), unless :meth:`as_sent` says it is still content-encoded (what an httpx
+    transport sees): the stored headers say which.
     """
 
-    __slots__ = ("at", "chunks", "headers", "lookup", "size", "status")
+    __slots__ = ("at", "chunks", "encoded", "headers", "lookup", "size", "status")
 
     def __init__(
         self, lookup: Lookup, status: int, headers: list[tuple[str, str]], at: float
@@ -539,6 +547,12 @@ class Recorder:
         self.lookup, self.status, self.headers, self.at = lookup, status, headers, at
         self.chunks: list[bytes] | None = []
         self.size = 0
+        self.encoded = False
+
+    def as_sent(self) -> Recorder:
+        """The body will be fed as sent, ``Content-Encoding`` and all (it is kept); ``self``."""
+        self.encoded = True
+        return self
 
     def feed(self, chunk: bytes) -> None:
         """A part of the body, in order."""

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from smoothclient.httpcache import HttpCache
-from smoothclient.httpcache.cache import Fetch, Serve, Wait
+from smoothclient.httpcache.cache import Fetch, Keep, Serve, Wait
 from smoothclient.testing import FakeClock
 
 from .conftest import NOW, URL, OriginDown, Resp, client, fixed
@@ -407,3 +407,18 @@ def test_the_settings_are_fixed_once_made() -> None:
     with pytest.raises(AttributeError, match="fixed at construction"):
         cache.jitter = 0.5
     assert cache.jitter == 0.2
+
+
+def test_a_body_fed_as_sent_keeps_its_content_encoding(wall: FakeClock) -> None:
+    c = client(wall, fixed(cache_control="max-age=60", content_encoding="gzip", body=b"zz"))
+    lookup = c.cache.lookup("GET", URL, [])
+    lookup.step()
+    kept = lookup.received(200, [("Cache-Control", "max-age=60"), ("Content-Encoding", "gzip")])
+    assert isinstance(kept, Keep)
+    recorder = kept.recorder.as_sent()
+    recorder.feed(b"zz")
+    recorder.finish()
+    entry = c.entry()
+    assert entry is not None
+    assert ("Content-Encoding", "gzip") in entry.headers
+    assert ("Content-Length", "2") in entry.headers

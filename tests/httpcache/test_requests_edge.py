@@ -158,3 +158,14 @@ def test_prometheus_counts_the_calls_the_cache_answered() -> None:
     cached = registry.get_sample_value("smoothclient_calls_total", {"outcome": "cached"})
     success = registry.get_sample_value("smoothclient_calls_total", {"outcome": "success"})
     assert (cached, success) == (2.0, 1.0)
+
+
+def test_a_body_stored_as_sent_by_another_edge_is_decoded_on_a_hit() -> None:
+    """An entry whose body is still gzipped (an httpx edge stores bodies as sent) reads plain."""
+    from smoothclient.edges.requests_cached import built
+    from smoothclient.httpcache import Entry
+
+    body = gzip.compress(b"plain text")
+    entry = Entry("GET " + URL, 200, (("Content-Encoding", "gzip"),), body, (), (), 0, 60, 60)
+    request = requests.Request("GET", URL).prepare()
+    assert built(entry, {"attempts": 0}, request).text == "plain text"
