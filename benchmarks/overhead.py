@@ -11,6 +11,10 @@ Four stacks, each with its own bare baseline:
 - requests, local server: a real server on 127.0.0.1 in a child process (so its thread does
   not compete with the client for the GIL); the client's CPU time is measured, since the
   loopback round trip is the same for every client and far noisier than the overhead.
+- aiohttp and httpx async, local server: the same server and measure; aiohttp bare, with a
+  middleware that does nothing (what having one costs aiohttp) and with ``SmoothMiddleware``;
+  httpx's ``AsyncClient`` bare and on ``AsyncSmoothTransport``.  Each request is run to its end
+  on one event loop (``run_until_complete``: the same cost for every client of a stack).
 
 Besides the peers (httpx-retries with ``backoff_factor=0.5``, urllib3's ``Retry`` through
 requests), a "floor" wrapper does only what any client that reads hints from every response
@@ -331,6 +335,62 @@ def requests_server_rows(rounds: int) -> list[Row]:
     return rows
 
 
+def async_server_rows(rounds: int) -> list[Row]:
+    import asyncio
+
+    import aiohttp
+
+    from smoothclient.aiohttp import SmoothMiddleware
+
+    async def nothing(request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+    async def aiohttp_get(session: aiohttp.ClientSession, url: str) -> None:
+        async with session.get(url) as response:
+            await response.read()
+
+    async def httpx_get(client: httpx.AsyncClient, url: str) -> None:
+        await client.get(url)
+
+    loop = asyncio.new_event_loop()
+    rows: list[Row] = []
+    with server_process() as base:
+        url = base + "/free"
+
+        async def sessions() -> dict[str, aiohttp.ClientSession]:
+            return {
+                "bare aiohttp": aiohttp.ClientSession(),
+                "a middleware doing nothing": aiohttp.ClientSession(middlewares=(nothing,)),
+                "smoothclient SmoothMiddleware": aiohttp.ClientSession(
+                    middlewares=(SmoothMiddleware(),)
+                ),
+            }
+
+        async def clients() -> dict[str, httpx.AsyncClient]:
+            return {
+                "bare httpx AsyncClient": httpx.AsyncClient(),
+                "smoothclient AsyncSmoothTransport": httpx.AsyncClient(
+                    transport=smoothclient.AsyncSmoothTransport()
+                ),
+            }
+
+        aio, hx = loop.run_until_complete(sessions()), loop.run_until_complete(clients())
+        stacks: list[tuple[str, dict[str, Any], Callable[[Any, str], Any]]] = [
+            ("aiohttp, local server (client CPU)", aio, aiohttp_get),
+            ("httpx async, local server (client CPU)", hx, httpx_get),
+        ]
+        for stack, held, get in stacks:
+            calls = {
+                name: (lambda c=c, get=get: loop.run_until_complete(get(c, url)))
+                for name, c in held.items()
+            }
+            rows += paired(stack, calls, rounds=rounds, per_round=20, clock=time.process_time)
+            for c in held.values():
+                loop.run_until_complete(c.close() if hasattr(c, "closed") else c.aclose())
+    loop.close()
+    return rows
+
+
 def table(rows: list[Row]) -> str:
     lines = ["| stack | client | us per request | added over bare |", "|---|---|---|---|"]
     for stack, name, seconds, added in rows:
@@ -343,7 +403,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=150)
     args = parser.parse_args()
     rows = httpx_rows(args.rounds) + requests_memory_rows(args.rounds)
-    rows += requests_server_rows(args.rounds)
+    rows += requests_server_rows(args.rounds) + async_server_rows(args.rounds)
     print(table(rows))
 
 
