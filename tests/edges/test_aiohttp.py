@@ -422,6 +422,64 @@ def test_a_scope_function_keeps_two_models_quotas_apart(clock: FakeClock) -> Non
     assert small_waited >= 15
 
 
+@pytest.mark.e2e
+def test_a_streamed_success_comes_back_before_its_body_is_sent() -> None:
+    """The response is handed over at its headers: its body is the caller's to stream."""
+
+    async def main() -> bytes:
+        go_on = asyncio.Event()
+
+        async def stream(request: web.Request) -> web.StreamResponse:
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(b"first ")
+            await go_on.wait()  # the rest only once the caller holds the response
+            await response.write(b"rest")
+            await response.write_eof()
+            return response
+
+        app = web.Application()
+        app.router.add_get("/", stream)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+        try:
+            async with (
+                asyncio.timeout(1.0),
+                aiohttp.ClientSession(middlewares=(SmoothMiddleware(),)) as session,
+                session.get(url) as response,
+            ):
+                assert response.status == 200
+                go_on.set()
+                return await response.read()
+        finally:
+            go_on.set()
+            await runner.cleanup()
+
+    assert run(main) == b"first rest"
+
+
+@pytest.mark.e2e
+def test_the_sessions_total_timeout_ends_the_call_waits_and_all() -> None:
+    """503s under a session total of 0.3 s: asyncio's TimeoutError, long before 50 attempts."""
+    script = Script([(503, {}, b"")])
+    policy = RetryPolicy(attempts=50, wait_initial=0.05, wait_max=0.05)
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        async with serving(script) as url:
+            started = loop.time()
+            with pytest.raises(TimeoutError):
+                await fetch(
+                    url, SmoothMiddleware(policy=policy), timeout=aiohttp.ClientTimeout(0.3)
+                )
+            return loop.time() - started
+
+    assert run(main) < 1.0
+    assert 2 <= len(script.seen) < 50
+
+
 async def _chunks() -> AsyncIterator[bytes]:
     yield b"stream"
 
