@@ -168,6 +168,14 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     # (counted over less time, a burst of 5 read as 20 req/s and earned a storm of 429s)
     nothing = before * 0.5 if before else 1 / EPOCH  # none delivered: under one an EPOCH
     rate = delivered / EPOCH if delivered else nothing
+    if delivered:
+        o.delivered_rate = delivered / EPOCH
+    elif before and o.learned and o.delivered_rate:
+        # a whole EPOCH throttled after a rate was measured getting through: a penalty (a
+        # limiter that counts the requests it refuses stays closed while they come): each
+        # probe waits twice as long as the last, and the first that gets through restores
+        # that rate (see recovered)
+        o.penalty_from = max(o.penalty_from, min(before, o.delivered_rate))
     if rate / 2 <= full < rate:
         # the EPOCH also counts what a bank of tokens saved while the rate was lower added
         # (a slow start past a 10 req/s bucket of 6 measured 16 and took four throttles to
@@ -179,7 +187,12 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
         rate = min(rate, before)
     # a measured admitted rate is the slow start's ceiling; none got through (a fleet's
     # others took it all, or this rate sends less than one a measurement) measures nothing
-    o.ceiling = rate if o.learned and delivered else math.inf
+    ceiling = rate if o.learned and delivered else math.inf
+    if o.punishes and o.ceiling < math.inf:
+        # a limiter that punishes knocking: a cut measures what got through while its
+        # penalty lasted, less than it admits; the ceiling stays the best measured since
+        ceiling = o.ceiling if ceiling == math.inf else max(ceiling, o.ceiling)
+    o.ceiling = ceiling
     evidence = throttled + delivered
     if cut is not None and now - cut[0] < 3 * EPOCH:
         before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
@@ -235,7 +248,8 @@ def _raise(o: OriginState, now: float, rate: float) -> None:
 def recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
     pace = o.pace
     if now - o.last_throttle > s.quiet:
-        o.learned = False
+        o.learned = o.punishes = False
+        o.delivered_rate = o.penalty_from = 0.0
         pace.rate = None
         o.cut = None
     elif pace.rate is not None and sent_at is not None and sent_at <= o.last_cut:
@@ -246,6 +260,17 @@ def recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
         _raise(o, now, max(pace.rate, min(top, _recent(o.successes, now - EPOCH) / EPOCH)))
         if o.ceiling < math.inf:
             o.ceiling = max(o.ceiling, pace.rate)
+    elif pace.rate is not None and o.penalty_from > pace.rate:
+        # the first answer through after a penalty: the limiter is open again, at the rate
+        # that got through before it (a slow start from the halved probe rate took seconds
+        # to get back: 2.1x the ideal on HAProxy's stick table)
+        _raise(o, now, o.penalty_from)
+        # and no faster for long: past that rate, a limiter that punishes knocking is probed
+        # additively only (a slow start from a refuted ceiling overshot it by half, and its
+        # penalty came back every other second)
+        o.ceiling = o.penalty_from
+        o.penalty_from = 0.0
+        o.punishes = True
     elif pace.rate is not None:
         # per success: below the measured admitted rate about x1.5 a second (half a
         # request per success), above it PROBE_GAIN req/s a second
@@ -255,6 +280,7 @@ def recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
             rate >= o.ceiling
             and now - o.last_throttle >= EPOCH
             and o.unthrottled >= REFUTE_EVIDENCE
+            and not o.punishes
         ):
             # a whole EPOCH without a throttle at or above the measured admitted rate: no
             # longer the limit (the others of a fleet are done): slow start again

@@ -152,6 +152,9 @@ class OriginState:
     # the last cut: when, the rate and the share of throttles before its episode, its rate
     cut: tuple[float, float | None, float, float] | None = None
     cut_evidence: int = 0  # how many answers that share of throttles was measured on
+    delivered_rate: float = 0.0  # the rate the last cut that measured any found delivered
+    penalty_from: float = 0.0  # the rate a penalty's cuts halved from (0: no penalty)
+    punishes: bool = False  # a penalty was seen: the limiter counts the requests it refuses
     noise_until: float = -1e18
     first_seen: float = 1e18  # when the first request to the origin went
     limit: float | None = None

@@ -196,6 +196,33 @@ class MovingWindow:
 
 
 @dataclass
+class PenaltyBox:
+    """
+    Over ``limit`` requests in the last ``window`` seconds, rejected: the rejected counted too.
+
+    HAProxy's stick table (``http_req_rate``, as its docs show it for rate limiting) counts
+    every request it sees, so a client that knocks while rejected keeps itself rejected.
+    (HAProxy's counter weighs the last period in; a sliding log is the same law, exactly.)
+    """
+
+    limit: int
+    window: float = 1.0
+    _log: deque[float] = field(default_factory=deque, init=False)
+
+    def hit(self, now: float) -> Verdict:
+        """Count the hit; admit it if at most ``limit`` came in the last window, itself too."""
+        log = self._log
+        while log and log[0] <= now - self.window:
+            log.popleft()
+        log.append(now)
+        return Verdict(len(log) <= self.limit, 0, self.window, self.window)
+
+    def ideal(self, calls: int) -> float:
+        """As a moving window's: ``limit`` at once, then ``limit`` each window."""
+        return (math.ceil(calls / self.limit) - 1) * self.window
+
+
+@dataclass
 class Noisy:
     """No limit at all, but a share of requests answered 429 at random (say, a flaky proxy)."""
 

@@ -8,6 +8,7 @@ real time); the bounds are looser than the benchmark targets because trio shuffl
 from __future__ import annotations
 
 import random
+import statistics
 
 import pytest
 
@@ -21,6 +22,7 @@ from smoothclient.tools.limiters import (
     Limiter,
     MovingWindow,
     Noisy,
+    PenaltyBox,
     Style,
     TokenBucket,
     run_herd,
@@ -532,3 +534,21 @@ def test_a_young_origin_is_not_cut_on_a_share_of_throttles_that_may_be_chance() 
         tracker.sent()
         tracker.observe(429 if i < 18 else 200, Hints(), 0.2 + 0.01 * i, sent_at=0.2)
     assert p.view(ORIGIN).rate is not None
+
+
+def test_a_limiter_that_counts_refused_requests_is_not_kept_closed() -> None:
+    """
+    HAProxy's stick table: what it refuses counts too, so knocking renews the penalty.
+
+    The probes of a penalty slow down (each cut halves the rate), the first through restores
+    the rate measured before it, and past that the rate grows additively only: no slow start
+    that overshoots into a new penalty every other second (2.7x the ideal on most seeds).
+    """
+    results = [
+        run_herd(PenaltyBox(10, 1.0), "bare", 60, stagger=0.01, seed=seed) for seed in range(6)
+    ]
+    assert all(r.failed == 0 for r in results)
+    # the first wave's 50 refusals alone keep it closed for a second: 6 s (1.2x) at best
+    assert statistics.median(r.ratio for r in results) <= 1.7
+    assert max(r.ratio for r in results) <= 2.0
+    assert max(r.extra_429s_per_call for r in results) <= 0.25
