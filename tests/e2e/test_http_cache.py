@@ -145,7 +145,7 @@ def labels(s: requests.Session, url: str, n: int, clock: FakeClock, step: float)
 
 def test_max_age_hits_then_an_etag_revalidation_gets_nginx_s_304(nginx: Nginx) -> None:
     clock = FakeClock(time.time())
-    s = session(HttpCache(clock=clock, jitter=0.0))
+    s = session(HttpCache(clock=clock, jitter=0.0, spread=0.0))
     url = f"{nginx.url}/fresh/a"
     assert labels(s, url, 3, clock, 20) == ["miss", "hit", "hit"]
     clock.advance(1)  # 61 s old: stale
@@ -157,7 +157,7 @@ def test_max_age_hits_then_an_etag_revalidation_gets_nginx_s_304(nginx: Nginx) -
 
 def test_last_modified_gives_a_heuristic_lifetime(nginx: Nginx) -> None:
     clock = FakeClock(time.time())
-    s = session(HttpCache(clock=clock, jitter=0.0))
+    s = session(HttpCache(clock=clock, jitter=0.0, spread=0.0))
     url = f"{nginx.url}/heuristic/a"
     assert labels(s, url, 2, clock, 50) == ["miss", "hit"]
     clock.advance(5)  # past 10% of 1000 s
@@ -180,7 +180,7 @@ def test_no_cache_revalidates_every_use_and_no_store_is_never_stored(nginx: Ngin
 
 def test_stale_while_revalidate_serves_then_refreshes_in_the_background(nginx: Nginx) -> None:
     clock = FakeClock(time.time())
-    s = session(HttpCache(clock=clock, jitter=0.0))
+    s = session(HttpCache(clock=clock, jitter=0.0, spread=0.0))
     url = f"{nginx.url}/swr/a"
     s.get(url)
     clock.advance(5)
@@ -221,7 +221,7 @@ def redis_url() -> Iterator[str]:
 
 def test_a_fleet_on_redis_shares_entries_and_one_revalidation(nginx: Nginx, redis_url: str) -> None:
     clock = FakeClock(time.time())
-    a, b = (HttpCache(redis_url, clock=clock, jitter=0.0) for _ in range(2))
+    a, b = (HttpCache(redis_url, clock=clock, jitter=0.0, spread=0.0) for _ in range(2))
     url = f"{nginx.url}/fresh/c"
     session(a).get(url)
     assert record_of(session(b).get(url)).cache == "hit"  # type: ignore[union-attr]
