@@ -25,6 +25,7 @@ Clients (one GET per call, retrying 429/503 until it succeeds, at most 50 attemp
 capped at 30 s, 60 s request timeouts):
 
   smoothclient httpx    AsyncSmoothTransport (SmoothTransport in threads on retry-after)
+  smoothclient httpx2   the same on httpx2 (smoothclient.httpx2's transports, httpx2's clients)
   smoothclient adapter  SmoothAdapter on a requests Session, one thread per call
   smoothclient aiohttp  SmoothMiddleware on an aiohttp session (async on every server)
   httpx-retries         RetryTransport, Retry(backoff_factor=0.5), honours Retry-After
@@ -105,6 +106,7 @@ FLEET_CALLS = 20
 
 CLIENTS = (
     "smoothclient httpx",
+    "smoothclient httpx2",
     "smoothclient adapter",
     "smoothclient aiohttp",
     "httpx-retries",
@@ -298,7 +300,25 @@ def _pacer(name: str) -> smoothclient.Pacer | None:
     return smoothclient.Pacer(storage=os.environ[REDIS_ENV])
 
 
+def _library(name: str) -> Any:
+    """The httpx library a client sends with: httpx2 for "smoothclient httpx2", else httpx."""
+    if name == "smoothclient httpx2":
+        import httpx2
+
+        return httpx2
+    return httpx
+
+
 def _async_client(name: str, calls: int) -> tuple[httpx.AsyncBaseTransport, Any]:
+    if name == "smoothclient httpx2":
+        import httpx2
+
+        from smoothclient.httpx2 import AsyncSmoothTransport
+
+        limits2 = httpx2.Limits(max_connections=calls, max_keepalive_connections=calls)
+        inner2 = httpx2.AsyncHTTPTransport(limits=limits2)
+        made = AsyncSmoothTransport(inner2, policy=_smooth_policy())
+        return made, _plain_get  # type: ignore[return-value]
     limits = httpx.Limits(max_connections=calls, max_keepalive_connections=calls)
     inner = httpx.AsyncHTTPTransport(limits=limits)
     if name.startswith("smoothclient httpx"):
@@ -317,7 +337,7 @@ def _async_client(name: str, calls: int) -> tuple[httpx.AsyncBaseTransport, Any]
 async def _run_async(name: str, url: str, calls: int, timeout: float) -> tuple[int, float, float]:
     transport, get = _async_client(name, calls)
     ok = 0
-    async with httpx.AsyncClient(
+    async with _library(name).AsyncClient(
         transport=transport, base_url=url, timeout=REQUEST_TIMEOUT
     ) as client:
         start = time.monotonic()
@@ -339,19 +359,22 @@ async def _run_async(name: str, url: str, calls: int, timeout: float) -> tuple[i
 
 
 def _sync_httpx_get(name: str, calls: int) -> tuple[httpx.Client, Callable[[httpx.Client], int]]:
-    limits = httpx.Limits(max_connections=calls, max_keepalive_connections=calls)
-    inner = httpx.HTTPTransport(limits=limits)
-    if name.startswith("smoothclient httpx"):
-        transport: httpx.BaseTransport = smoothclient.SmoothTransport(
-            inner, policy=_smooth_policy(), pacer=_pacer(name)
-        )
+    lib = _library(name)
+    limits = lib.Limits(max_connections=calls, max_keepalive_connections=calls)
+    inner = lib.HTTPTransport(limits=limits)
+    if name == "smoothclient httpx2":
+        from smoothclient.httpx2 import SmoothTransport
+
+        transport: httpx.BaseTransport = SmoothTransport(inner, policy=_smooth_policy())  # type: ignore[assignment]
+    elif name.startswith("smoothclient httpx"):
+        transport = smoothclient.SmoothTransport(inner, policy=_smooth_policy(), pacer=_pacer(name))
     elif name == "httpx-retries":
         from httpx_retries import RetryTransport
 
         transport = RetryTransport(inner, retry=_httpx_retry())
     else:
         transport = inner
-    client = httpx.Client(transport=transport, timeout=REQUEST_TIMEOUT)
+    client = lib.Client(transport=transport, timeout=REQUEST_TIMEOUT)
 
     def plain(c: httpx.Client) -> int:
         return c.get("/work").status_code
@@ -419,7 +442,7 @@ def _run_threads(name: str, url: str, calls: int, timeout: float) -> tuple[int, 
         close: Callable[[], None] = session.close
     else:
         client, sync_get = _sync_httpx_get(name, calls)
-        client.base_url = httpx.URL(url)
+        client.base_url = url
 
         def get() -> int:
             return sync_get(client)

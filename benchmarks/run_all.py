@@ -20,6 +20,7 @@ BENCHMARKS = [
     ("HTTP response caches: a hit, and a fleet's revalidations", "http_cache.py"),
     ("Outages without retry storms: a fleet of 4 against a server that goes down", "outage.py"),
     ("Random throttles: 30% of requests 429 whatever the rate", "noisy.py"),
+    ("The OpenAI and Anthropic SDKs against a fake throttling by requests and tokens", "sdks.py"),
 ]
 
 
