@@ -50,7 +50,10 @@ class SmoothTransport(SyncEdge[httpx.BaseTransport], httpx.BaseTransport):
             (default: only when it was given no policy or policy fields of its own).
         sdk: the client belongs to an SDK (OpenAI's, Anthropic's): a refusal is answered with
             a 429, a give-up says ``x-should-retry: false``, the SDK's own retries make one
-            attempt each, and attempts are not cut at the deadline (docs/clients.md).
+            attempt each, attempts are not cut at the deadline, and token quotas are paced on
+            an estimate of each request's tokens (docs/clients.md).
+        cost: a function of a request: its estimated tokens, so an LLM API's token quotas
+            are paced as calls (docs/headers.md R16); the answers' usage corrects it.
         **policy_fields: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied
             over ``policy``.
     """
@@ -73,6 +76,7 @@ class AsyncSmoothTransport(AsyncEdge[httpx.AsyncBaseTransport], httpx.AsyncBaseT
         overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
             (default: only when it was given no policy or policy fields of its own).
         sdk: the client belongs to an SDK (see :class:`SmoothTransport`).
+        cost: a request's estimated tokens (see :class:`SmoothTransport`).
         **policy_fields: :class:`~smoothclient.RetryPolicy` fields, applied over ``policy``.
     """
 
