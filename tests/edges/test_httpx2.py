@@ -189,3 +189,31 @@ def test_import_smoothclient_imports_no_httpx2_and_a_missing_one_names_the_extra
     first, _, rest = out.stdout.partition("\n")
     assert first == "False"
     assert "pip install 'smoothclient[httpx2]'" in rest
+
+
+def test_sdk_and_cut_attempts_are_checked_at_construction() -> None:
+    with pytest.raises(TypeError, match="sdk must be True or False"):
+        SmoothTransport(sdk="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cut_attempts must be True, False or None"):
+        RetryPolicy(cut_attempts="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cost must be a function"):
+        SmoothTransport(cost=5)  # type: ignore[arg-type]
+
+
+def test_a_give_up_in_sdk_mode_tells_the_sdk_not_to_retry(clock: FakeClock) -> None:
+    """x-should-retry: false on a response given up on; nothing added to a success."""
+    inner, seen = answers(httpx2.Response(503))
+    transport = SmoothTransport(
+        inner,
+        policy=RetryPolicy(attempts=2),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+        sdk=True,
+    )
+    with httpx2.Client(transport=transport) as client:
+        response = client.get(URL)
+    assert (response.status_code, len(seen)) == (503, 2)
+    assert response.headers["x-should-retry"] == "false"
+    ok, _ = answers(httpx2.Response(200))
+    with httpx2.Client(transport=SmoothTransport(ok, sdk=True)) as client:
+        assert "x-should-retry" not in client.get(URL).headers
