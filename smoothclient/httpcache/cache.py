@@ -106,7 +106,7 @@ class HttpCache:
     Pass it to an edge (``SmoothAdapter(cache=cache)``); one cache may serve many edges and
     threads.  Each stored response is revalidated at a point drawn inside the last ``jitter``
     fraction of its freshness (or earlier by the XFetch rule), one revalidation per key at a
-    time (per process in memory and SQLite, per fleet in Redis).
+    time (per process in memory, per host in SQLite, per fleet in Redis).
 
     Args:
         storage: ``"memory://"`` (default), ``"sqlite:///path/to/file.db"``, ``"redis://..."``

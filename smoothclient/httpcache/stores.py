@@ -2,10 +2,10 @@
 Where stored responses live: one small seam, three stores (docs/http-cache.md section 5).
 
 :class:`Store` is the seam: ``get`` an entry by key, ``put`` one for a number of seconds,
-``delete`` keys, and ``claim`` / ``release`` the right to revalidate a key.  The memory and
-SQLite stores leave claims to the process (every claim succeeds: :class:`HttpCache` keeps one
-revalidation per key in flight in its process); the Redis store makes them fleet-wide with a
-short lock key.  A store may raise anything: the cache reads a failure as a miss.
+``delete`` keys, and ``claim`` / ``release`` the right to revalidate a key.  The memory store
+leaves claims to the process (every claim succeeds: :class:`HttpCache` keeps one revalidation
+per key in flight in its process); the SQLite store makes them host-wide with a row of a
+claims table, the Redis store fleet-wide with a short lock key.  A store may raise anything: the cache reads a failure as a miss.
 
 Each store imports its library only when it is made: ``import smoothclient`` imports none.
 """
@@ -108,10 +108,12 @@ class MemoryStore:
 
 class SqliteStore:
     """
-    Entries in one SQLite file the processes of a host share.
+    Entries in one SQLite file the processes of a host share, and their claims.
 
     WAL journal (readers never wait for a writer), a busy timeout, one connection per thread;
     expired rows and, past ``max_bytes``, the oldest are deleted every ``SWEEP_EVERY`` writes.
+    A claim is a row of the ``claims`` table (``INSERT OR IGNORE``): one revalidation per key
+    on the host.
     """
 
     SWEEP_EVERY = 64
@@ -127,10 +129,15 @@ class SqliteStore:
         self._clock = clock
         self._local = threading.local()
         self._writes = 0
-        self._pid = os.getpid()
-        self._conn().execute(
+        self._token = uuid.uuid4().hex
+        conn = self._conn()
+        conn.execute(
             "CREATE TABLE IF NOT EXISTS responses "
             "(key TEXT PRIMARY KEY, blob BLOB NOT NULL, until REAL NOT NULL, size INTEGER NOT NULL)"
+        )
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS claims "
+            "(key TEXT PRIMARY KEY, owner TEXT NOT NULL, until REAL NOT NULL)"
         )
 
     def _conn(self) -> Any:
@@ -174,6 +181,7 @@ class SqliteStore:
         """Delete expired rows, then the oldest until the file holds at most ``max_bytes``."""
         conn = self._conn()
         conn.execute("DELETE FROM responses WHERE until <= ?", (self._clock(),))
+        conn.execute("DELETE FROM claims WHERE until <= ?", (self._clock(),))
         for _ in range(16):  # the soonest to expire first, a quarter at a time
             (total,) = conn.execute("SELECT COALESCE(SUM(size), 0) FROM responses").fetchone()
             if total <= self.max_bytes:
@@ -188,11 +196,22 @@ class SqliteStore:
         self._conn().executemany("DELETE FROM responses WHERE key = ?", [(k,) for k in keys])
 
     def claim(self, key: str, ttl: float) -> bool:
-        """Always granted: the process's flights are the claim."""
-        return True
+        """A row of ``claims`` for ``key`` (one lapsed is taken over): the host's one flight."""
+        conn, now = self._conn(), self._clock()
+        conn.execute("DELETE FROM claims WHERE key = ? AND until <= ?", (key, now))
+        taken = conn.execute(
+            "INSERT OR IGNORE INTO claims (key, owner, until) VALUES (?, ?, ?)",
+            (key, self._owner(), now + ttl),
+        )
+        return bool(taken.rowcount == 1)
 
     def release(self, key: str) -> None:
-        """Nothing to release."""
+        """Delete this process's claim on ``key``."""
+        self._conn().execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, self._owner()))
+
+    def _owner(self) -> str:
+        """Who holds this store's claims: it, in this process (a fork is another owner)."""
+        return f"{self._token}-{os.getpid()}"
 
     def close(self) -> None:
         """Close this thread's connection."""

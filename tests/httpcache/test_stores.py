@@ -83,6 +83,19 @@ def test_the_sqlite_file_is_shared_by_two_caches(tmp_path: Path, wall: FakeClock
     assert mode == ("wal",)
 
 
+def test_a_sqlite_claim_holds_for_the_whole_host(tmp_path: Path, wall: FakeClock) -> None:
+    """Two caches on one file: while one revalidates a key, the other waits; a lapsed claim goes."""
+    storage = f"sqlite://{tmp_path}/cache.db"
+    a = client(wall, fixed(cache_control="max-age=10"), storage=storage, lock_timeout=5)
+    b = client(wall, fixed(cache_control="max-age=10"), storage=storage, lock_timeout=5)
+    assert a.cache.claim("GET " + URL)
+    assert not b.cache.claim("GET " + URL)
+    a.cache.release("GET " + URL)
+    assert b.cache.claim("GET " + URL)
+    wall.advance(5)  # b's claim lapses (it never released it)
+    assert a.cache.claim("GET " + URL)
+
+
 def test_sqlite_junk_rows_are_misses(
     tmp_path: Path, wall: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
