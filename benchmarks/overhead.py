@@ -216,6 +216,10 @@ def httpx_rows(rounds: int) -> list[Row]:
             "smoothclient, fast lane through its step twins": stepped(
                 smoothclient.SmoothTransport(httpx.MockTransport(handler))
             ),
+            # what the default retry budget costs a healthy request (an attempt counted)
+            "smoothclient, no retry budget": smoothclient.SmoothTransport(
+                httpx.MockTransport(handler), policy=smoothclient.RetryPolicy(budget=None)
+            ),
         }
         if handler is ok_with_quota:
             transports[READ_ONCE] = smoothclient.SmoothTransport(httpx.MockTransport(handler))

@@ -39,6 +39,10 @@ class BudgetCounts:
 
     def record_request(self, now: float) -> None:
         """Count one attempt (first tries and retries alike)."""
+        buckets = self.buckets
+        if buckets and buckets[-1][0] <= now < buckets[-1][0] + 1:
+            buckets[-1][1] += 1  # the common case: this second's bucket (every request's)
+            return
         self._bucket(now)[1] += 1
 
     def has_room(self, now: float) -> bool:

@@ -29,6 +29,7 @@ from ..hints.model import Hints
 from ..policy import RetryBudget
 from . import learning
 from . import state as st
+from .budget import BudgetCounts
 from .keys import LruMap
 from .state import Admission, OriginState, OriginView, Settings
 
@@ -370,7 +371,7 @@ class Store(Protocol):
 class MemoryTracker:
     """A :class:`Tracker` over state in this process, guarded by a lock of its own."""
 
-    __slots__ = ("healthy", "key", "lock", "note_success", "settings", "state")
+    __slots__ = ("_counts", "healthy", "key", "lock", "note_success", "settings", "state")
 
     def __init__(self, key: str, settings: Settings) -> None:
         """Fresh state for ``key``."""
@@ -381,6 +382,7 @@ class MemoryTracker:
         # the fast lane's two calls, bound to the state once (lock-free; see OriginState)
         self.healthy: Callable[[float], bool] = functools.partial(st.healthy, self.state)
         self.note_success: Callable[[float], None] = self.state.succeeded
+        self._counts: tuple[RetryBudget, BudgetCounts] | None = None  # the last budget's
 
     def try_now(self, now: float) -> bool:
         with self.lock:
@@ -435,8 +437,13 @@ class MemoryTracker:
             return st.cohort(self.state, now)
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
-        with self.lock:
-            self.state.budget(budget).record_request(now)
+        # lock-free, like note_success: on the healthy lane of every request (a lock cost a
+        # microsecond or more); a race may lose one count, which only tightens the budget.
+        # The last budget's counts are kept at hand: hashing the budget is most of the cost
+        last = self._counts
+        if last is None or last[0] is not budget:
+            last = self._counts = (budget, self.state.budget(budget))
+        last[1].record_request(now)
 
     def try_retry(self, budget: RetryBudget, now: float) -> bool:
         with self.lock:
