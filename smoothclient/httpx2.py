@@ -15,14 +15,11 @@ this module raises an :class:`ImportError` saying so).
 
 from __future__ import annotations
 
-from . import _EXTRA_PACKAGES
+from . import _missing_extra
 
 try:
     from .edges.httpx2_transport import AsyncSmoothTransport, RateLimitedError, SmoothTransport
 except ModuleNotFoundError as exc:  # the extra is missing: say which one to install
-    if (exc.name or "").partition(".")[0] not in _EXTRA_PACKAGES["httpx2"]:
-        raise
-    msg = "smoothclient.httpx2 needs httpx2: pip install 'smoothclient[httpx2]'"
-    raise ImportError(msg, name=exc.name) from exc
+    raise _missing_extra(exc, "httpx2", __name__) from exc
 
 __all__ = ["AsyncSmoothTransport", "RateLimitedError", "SmoothTransport"]
