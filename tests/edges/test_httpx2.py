@@ -217,3 +217,37 @@ def test_a_give_up_in_sdk_mode_tells_the_sdk_not_to_retry(clock: FakeClock) -> N
     ok, _ = answers(httpx2.Response(200))
     with httpx2.Client(transport=SmoothTransport(ok, sdk=True)) as client:
         assert "x-should-retry" not in client.get(URL).headers
+
+
+def test_a_refusal_in_sdk_mode_is_a_429_on_both_clients(clock: FakeClock) -> None:
+    """Never sent: the SDK gets a 429 with Retry-After and the record, sync and async."""
+    sync = SmoothTransport(
+        httpx2.MockTransport(lambda r: httpx2.Response(200)),
+        policy=RetryPolicy(max_retry_after=5),
+        pacer=closed_pacer(clock),
+        sdk=True,
+    )
+    with httpx2.Client(transport=sync) as client:
+        response = client.get(URL)
+    assert (response.status_code, response.headers["x-should-retry"]) == (429, "false")
+    assert float(response.headers["retry-after"]) == pytest.approx(100.0)
+    assert response.json()["error"]["type"] == "rate_limit_error"
+
+    async def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200)  # pragma: no cover - never sent
+
+    async def main() -> httpx2.Response:
+        transport = AsyncSmoothTransport(
+            httpx2.MockTransport(handler),
+            policy=RetryPolicy(max_retry_after=5),
+            pacer=closed_pacer(clock),
+            sdk=True,
+        )
+        async with httpx2.AsyncClient(transport=transport) as client:
+            answer = await client.get(URL)
+            await answer.aread()
+            return answer
+
+    answered = anyio.run(main)
+    assert answered.status_code == 429
+    assert answered.extensions["smoothclient"]["attempts"] == 0
