@@ -7,7 +7,7 @@ import time as time_module
 from datetime import datetime, time
 from zoneinfo import ZoneInfo
 
-from smoothclient import PoissonScheduler, TimeWindow
+from smoothclient.spreading import PoissonScheduler, TimeWindow
 
 ny = ZoneInfo("America/New_York")
 hours = TimeWindow(time(9), time(18), tz=ny)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import queue
 import sqlite3
 
-from smoothclient import Reconciler
+from smoothclient.spreading import Reconciler
 
 db = sqlite3.connect(":memory:", check_same_thread=False)
 db.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL)")

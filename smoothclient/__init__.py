@@ -5,8 +5,13 @@ Public names load lazily, so ``import smoothclient`` costs almost nothing and ne
 httpx or requests; the names that need an extra (``SmoothTransport``, ``SmoothAdapter``, ...)
 raise an :class:`ImportError` naming the extra to install when it is missing.
 
-:data:`PUBLIC` is the one table of the public names: where each lives and which extra it
-needs.  ``__all__`` lists the same names (a test holds them together).
+:data:`PUBLIC` is the one table of the names at the front: where each lives and which extra
+it needs.  ``__all__`` lists the same names (a test holds them together).  The rest of the
+toolbox lives in the namespace of its part: ``smoothclient.spreading`` (offsets, Poisson
+schedules, the reconciler), ``smoothclient.telemetry`` (Prometheus, OpenTelemetry),
+``smoothclient.pacing`` (scopes and their presets), ``smoothclient.hints``,
+``smoothclient.events``, ``smoothclient.httpx2`` and ``smoothclient.aiohttp``; the names that
+moved from the front still resolve there (:data:`MOVED`).
 """
 
 from __future__ import annotations
@@ -21,22 +26,15 @@ if TYPE_CHECKING:
     from .edges.httpx_transport import AsyncSmoothTransport, SmoothTransport
     from .edges.requests_adapter import SmoothAdapter
     from .errors import InfeasibleWindow, RateLimited, SmoothError
-    from .events import CallEnded, CallRecord, RetryEntry, RetryEvent, record_of
-    from .hints import Hints, Quota, read_body_hints, read_hints
+    from .events import CallEnded, CallRecord, record_of
+    from .hints import Hints, read_hints
     from .httpcache import HttpCache
     from .pacing.pacer import Pacer
-    from .pacing.presets import GITHUB_SCOPES
-    from .pacing.scopes import ScopeRequest, ScopeRule, ScopeRules
     from .policy import DEFAULT_POLICY, RetryBudget, RetryPolicy, override_policy
     from .spreading.jittered import jittered
-    from .spreading.offsets import next_run, offset_for
     from .spreading.paced import paced
-    from .spreading.poisson import PoissonScheduler, TimeWindow
-    from .spreading.reconciler import Reconciler
     from .spreading.retry import retry, retry_context
     from .spreading.spread import spread
-    from .telemetry.otel import OpenTelemetryHooks
-    from .telemetry.prometheus import PrometheusHooks
 
 logging.getLogger("smoothclient").addHandler(logging.NullHandler())
 
@@ -46,41 +44,46 @@ PUBLIC: dict[str, tuple[str, str | None]] = {
     "CallEnded": ("events", None),
     "CallRecord": ("events", None),
     "DEFAULT_POLICY": ("policy", None),
-    "GITHUB_SCOPES": ("pacing.presets", None),
     "Hints": ("hints", None),
     "HttpCache": ("httpcache", None),
     "InfeasibleWindow": ("errors", None),
     "JitteredTTLCache": ("cache", None),
-    "OpenTelemetryHooks": ("telemetry.otel", "otel"),
     "Pacer": ("pacing.pacer", None),
-    "PoissonScheduler": ("spreading.poisson", None),
-    "PrometheusHooks": ("telemetry.prometheus", "prometheus"),
-    "Quota": ("hints", None),
     "RateLimited": ("errors", None),
-    "Reconciler": ("spreading.reconciler", None),
     "RetryBudget": ("policy", None),
-    "RetryEntry": ("events", None),
-    "RetryEvent": ("events", None),
     "RetryPolicy": ("policy", None),
-    "ScopeRequest": ("pacing.scopes", None),
-    "ScopeRule": ("pacing.scopes", None),
-    "ScopeRules": ("pacing.scopes", None),
     "SmoothAdapter": ("edges.requests_adapter", "requests"),
     "SmoothError": ("errors", None),
     "SmoothTransport": ("edges.httpx_transport", "httpx"),
-    "TimeWindow": ("spreading.poisson", None),
     "cached": ("cache", None),
     "jittered": ("spreading.jittered", None),
-    "next_run": ("spreading.offsets", None),
-    "offset_for": ("spreading.offsets", None),
     "override_policy": ("policy", None),
     "paced": ("spreading.paced", None),
-    "read_body_hints": ("hints", None),
     "read_hints": ("hints", None),
     "record_of": ("events", None),
     "retry": ("spreading.retry", None),
     "retry_context": ("spreading.retry", None),
     "spread": ("spreading.spread", None),
+}
+#: Names that moved from the front to the namespace of their part (the CHANGELOG lists each):
+#: ``from smoothclient import PrometheusHooks`` still works, spelled
+#: ``from smoothclient.telemetry import PrometheusHooks`` from now on.
+MOVED: dict[str, str] = {
+    "GITHUB_SCOPES": "pacing",
+    "OpenTelemetryHooks": "telemetry",
+    "PoissonScheduler": "spreading",
+    "PrometheusHooks": "telemetry",
+    "Quota": "hints",
+    "Reconciler": "spreading",
+    "RetryEntry": "events",
+    "RetryEvent": "events",
+    "ScopeRequest": "pacing",
+    "ScopeRule": "pacing",
+    "ScopeRules": "pacing",
+    "TimeWindow": "spreading",
+    "next_run": "spreading",
+    "offset_for": "spreading",
+    "read_body_hints": "hints",
 }
 #: Public submodules, imported on first use.
 SUBMODULES = ("testing", "window")
@@ -97,7 +100,6 @@ _EXTRA_PACKAGES = {
 #: Spelled out for type checkers; a test holds it to :data:`PUBLIC`.
 __all__ = [
     "DEFAULT_POLICY",
-    "GITHUB_SCOPES",
     "AsyncSmoothTransport",
     "CallEnded",
     "CallRecord",
@@ -105,32 +107,18 @@ __all__ = [
     "HttpCache",
     "InfeasibleWindow",
     "JitteredTTLCache",
-    "OpenTelemetryHooks",
     "Pacer",
-    "PoissonScheduler",
-    "PrometheusHooks",
-    "Quota",
     "RateLimited",
-    "Reconciler",
     "RetryBudget",
-    "RetryEntry",
-    "RetryEvent",
     "RetryPolicy",
-    "ScopeRequest",
-    "ScopeRule",
-    "ScopeRules",
     "SmoothAdapter",
     "SmoothError",
     "SmoothTransport",
-    "TimeWindow",
     "__version__",
     "cached",
     "jittered",
-    "next_run",
-    "offset_for",
     "override_policy",
     "paced",
-    "read_body_hints",
     "read_hints",
     "record_of",
     "retry",
@@ -151,19 +139,42 @@ def __getattr__(name: str) -> Any:
             return "0+unknown"
     if name in SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name in MOVED:  # an older spelling: resolved from its part's namespace
+        return getattr(importlib.import_module(f"{__name__}.{MOVED[name]}"), name)
     if name not in PUBLIC:
         msg = f"module {__name__!r} has no attribute {name!r}"
         raise AttributeError(msg)
-    module_name, extra = PUBLIC[name]
+    return _load(__name__, name, *PUBLIC[name], globals())
+
+
+def _load(
+    package: str, name: str, module_name: str, extra: str | None, into: dict[str, Any]
+) -> Any:
+    """
+    ``name`` from ``package.module_name``, kept in ``into`` (a package's globals) once loaded.
+
+    A missing extra is an :class:`ImportError` saying which to install.  The subpackages'
+    lazy names (``smoothclient.spreading``, ``.telemetry``, ``.pacing``) load through it too.
+    """
     try:
-        module = importlib.import_module(f"{__name__}.{module_name}")
+        module = importlib.import_module(f"{package}.{module_name}")
     except ModuleNotFoundError as exc:
         if extra is None:
             raise
-        raise _missing_extra(exc, extra, f"smoothclient.{name}") from exc
+        raise _missing_extra(exc, extra, f"{package}.{name}") from exc
     value = getattr(module, name)
-    globals()[name] = value
+    into[name] = value
     return value
+
+
+def _lazy_name(
+    package: str, name: str, names: dict[str, str], extra: str | None, into: dict[str, Any]
+) -> Any:
+    """A subpackage's lazy name: ``name`` from ``package.names[name]`` (see :func:`_load`)."""
+    if name not in names:
+        msg = f"module {package!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    return _load(package, name, names[name], extra, into)
 
 
 def _missing_extra(exc: ModuleNotFoundError, extra: str, what: str) -> ImportError:

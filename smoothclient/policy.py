@@ -136,7 +136,7 @@ class RetryPolicy:
             long generation, a stream); ``None`` (default): the edge decides (``True``, except
             on a transport made for an SDK, ``sdk=True``).
         budget: the :class:`RetryBudget` (default :data:`DEFAULT_BUDGET`; ``None``: none).
-        on_retry: called with a :class:`~smoothclient.RetryEvent` before each wait, after the
+        on_retry: called with a :class:`~smoothclient.events.RetryEvent` before each wait, after the
             failed response is closed; an exception it raises ends the call and propagates.
         on_success: called with a :class:`~smoothclient.CallEnded` when a call ends with a
             response below 400 (an exception it raises propagates).

@@ -40,6 +40,28 @@ def test_every_public_name_resolves_where_the_table_says(name: str) -> None:
     assert name in dir(smoothclient)
 
 
+def test_the_front_holds_at_most_25_names() -> None:
+    """The front door stays small: the toolbox lives in the namespaces of its parts."""
+    assert len(smoothclient.PUBLIC) <= 25
+    assert not set(smoothclient.PUBLIC) & set(smoothclient.MOVED)
+
+
+@pytest.mark.parametrize("name", sorted(smoothclient.MOVED))
+def test_a_name_that_moved_resolves_from_its_namespace_and_the_front(name: str) -> None:
+    """``from smoothclient import PrometheusHooks`` still works; it is the namespace's name."""
+    namespace = importlib.import_module(f"smoothclient.{smoothclient.MOVED[name]}")
+    assert name in namespace.__all__
+    assert getattr(smoothclient, name) is getattr(namespace, name)
+    assert name not in smoothclient.__all__
+
+
+@pytest.mark.parametrize("package", ["spreading", "pacing", "telemetry"])
+def test_a_namespace_says_what_it_lacks(package: str) -> None:
+    namespace = importlib.import_module(f"smoothclient.{package}")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        namespace.nope  # noqa: B018
+
+
 def test_layers_import_nothing_above_them() -> None:
     """The engine imports neither pacing nor edges; pacing imports no edge; no module the tools."""
     code = (

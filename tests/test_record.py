@@ -7,15 +7,8 @@ import logging
 import httpx
 import pytest
 
-from smoothclient import (
-    CallRecord,
-    Pacer,
-    RetryEntry,
-    RetryPolicy,
-    SmoothTransport,
-    record_of,
-    retry,
-)
+from smoothclient import CallRecord, Pacer, RetryPolicy, SmoothTransport, record_of, retry
+from smoothclient.events import RetryEntry
 from smoothclient.hints import Hints
 from smoothclient.testing import FakeClock
 

@@ -206,7 +206,7 @@ class SmoothMiddleware(Edge):
         rng: randomness for jitter (default a fresh ``random.Random()``).
         sleep: an async sleep (default ``asyncio.sleep``; tests pass a fake clock's).
         scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
-            :class:`~smoothclient.ScopeRules`).
+            :class:`~smoothclient.pacing.ScopeRules`).
         overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
             (default: only when it was given no policy or policy fields of its own).
         **policy_fields: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied

@@ -45,7 +45,7 @@ class SmoothTransport(SyncEdge[httpx.BaseTransport], httpx.BaseTransport):
         rng: randomness for jitter (default a fresh ``random.Random()``).
         sleep: how to wait (default ``time.sleep``; tests pass a fake clock's ``sleep``).
         scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
-            :class:`~smoothclient.ScopeRules`).
+            :class:`~smoothclient.pacing.ScopeRules`).
         overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
             (default: only when it was given no policy or policy fields of its own).
         sdk: the client belongs to an SDK (OpenAI's, Anthropic's): a refusal is answered with

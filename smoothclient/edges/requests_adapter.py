@@ -237,7 +237,7 @@ class SmoothAdapter(Edge, HTTPAdapter):
         rng: randomness for jitter.
         sleep: how to wait (default ``time.sleep``).
         scope: which quota scopes a request belongs to (overrides the pacer's ``scope``; see
-            :class:`~smoothclient.ScopeRules`).
+            :class:`~smoothclient.pacing.ScopeRules`).
         overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
             (default: only when it was given no policy or policy fields of its own).
         cache: an :class:`~smoothclient.HttpCache`: fresh stored responses answer without

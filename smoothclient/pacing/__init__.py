@@ -7,3 +7,28 @@ Pacing: per-origin state that keeps clients ahead of the server's limits.
 - :mod:`.gcra`: the one token bucket (GCRA) used by the pacer, ``@paced`` and the demo server;
 - :mod:`.budget`: retry budgets as counts; :mod:`.keys`: origin keys and the LRU map.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .pacer import Pacer
+    from .presets import GITHUB_SCOPES
+    from .scopes import ScopeRequest, ScopeRule, ScopeRules
+
+#: The names of this namespace (lazy: each loads its module on first use).
+NAMES: dict[str, str] = {
+    "GITHUB_SCOPES": "presets",
+    "Pacer": "pacer",
+    "ScopeRequest": "scopes",
+    "ScopeRule": "scopes",
+    "ScopeRules": "scopes",
+}
+__all__ = ["GITHUB_SCOPES", "Pacer", "ScopeRequest", "ScopeRule", "ScopeRules"]
+
+
+def __getattr__(name: str) -> Any:
+    from .. import _lazy_name
+
+    return _lazy_name(__name__, name, NAMES, None, globals())

@@ -105,7 +105,7 @@ class Pacer:
         max_gate: the longest any server hint may hold an origin's requests back (a buggy or
             hostile ``Retry-After: 999999`` is read as this).
         scope: the caller's scope function (request -> scope name(s), or ``None`` to learn
-            them), e.g. :data:`smoothclient.GITHUB_SCOPES`; an edge's own ``scope`` overrides it.
+            them), e.g. :data:`smoothclient.pacing.GITHUB_SCOPES`; an edge's own ``scope`` overrides it.
         max_routes: routes remembered per origin, each with the scopes the server named on it.
         max_scopes: scopes remembered per origin (each keeps a state like an origin's).
         storage: where the state lives: ``"memory://"`` (this process, the default), or a

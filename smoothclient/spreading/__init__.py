@@ -5,3 +5,48 @@ Helpers that spread calls in time, for code that is not an HTTP client.
 :func:`~.spread.spread`, stable offsets (:mod:`.offsets`), Poisson schedules in time-of-day
 windows (:mod:`.poisson`) and the scheduler-reconciler (:mod:`.reconciler`).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .jittered import jittered
+    from .offsets import next_run, offset_for
+    from .paced import paced
+    from .poisson import PoissonScheduler, TimeWindow
+    from .reconciler import Reconciler
+    from .retry import retry, retry_context
+    from .spread import spread
+
+#: The names of this namespace (lazy: each loads its module on first use).
+NAMES: dict[str, str] = {
+    "PoissonScheduler": "poisson",
+    "Reconciler": "reconciler",
+    "TimeWindow": "poisson",
+    "jittered": "jittered",
+    "next_run": "offsets",
+    "offset_for": "offsets",
+    "paced": "paced",
+    "retry": "retry",
+    "retry_context": "retry",
+    "spread": "spread",
+}
+__all__ = [
+    "PoissonScheduler",
+    "Reconciler",
+    "TimeWindow",
+    "jittered",
+    "next_run",
+    "offset_for",
+    "paced",
+    "retry",
+    "retry_context",
+    "spread",
+]
+
+
+def __getattr__(name: str) -> Any:
+    from .. import _lazy_name
+
+    return _lazy_name(__name__, name, NAMES, None, globals())

@@ -11,12 +11,27 @@ only (each is an extra).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..events import CallEnded, RetryEvent
 from ..policy import DEFAULT_POLICY, RetryPolicy
 
-__all__ = ["Hooks", "outcome_of"]
+if TYPE_CHECKING:
+    from .otel import OpenTelemetryHooks
+    from .prometheus import PrometheusHooks
+
+__all__ = ["Hooks", "OpenTelemetryHooks", "PrometheusHooks", "outcome_of"]
+#: The adapters, each loaded on first use (each needs its extra).
+NAMES: dict[str, str] = {"OpenTelemetryHooks": "otel", "PrometheusHooks": "prometheus"}
+_EXTRAS = {"otel": "otel", "prometheus": "prometheus"}
+
+
+def __getattr__(name: str) -> Any:
+    from .. import _lazy_name
+
+    module = NAMES.get(name)
+    return _lazy_name(__name__, name, NAMES, _EXTRAS.get(module or ""), globals())
+
 
 E = TypeVar("E")
 

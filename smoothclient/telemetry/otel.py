@@ -29,7 +29,7 @@ from . import Hooks, outcome_of
 try:
     from opentelemetry import trace
 except ModuleNotFoundError as exc:  # pragma: no cover - the extra is part of the test setup
-    msg = "smoothclient.OpenTelemetryHooks needs otel: pip install 'smoothclient[otel]'"
+    msg = "smoothclient.telemetry.OpenTelemetryHooks needs otel: pip install 'smoothclient[otel]'"
     raise ImportError(msg, name=exc.name) from exc
 
 __all__ = ["OpenTelemetryHooks"]

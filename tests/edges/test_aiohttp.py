@@ -25,17 +25,10 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 
 import smoothclient
-from smoothclient import (
-    CallEnded,
-    Pacer,
-    RateLimited,
-    RetryPolicy,
-    ScopeRequest,
-    override_policy,
-    record_of,
-)
+from smoothclient import CallEnded, Pacer, RateLimited, RetryPolicy, override_policy, record_of
 from smoothclient.aiohttp import RateLimitedError, SmoothMiddleware
 from smoothclient.edges import aiohttp_middleware
+from smoothclient.pacing import ScopeRequest
 from smoothclient.testing import FakeClock
 
 T = TypeVar("T")

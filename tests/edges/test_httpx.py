@@ -16,12 +16,12 @@ from smoothclient import (
     AsyncSmoothTransport,
     Pacer,
     RetryBudget,
-    RetryEvent,
     RetryPolicy,
     SmoothTransport,
     testing,
 )
 from smoothclient.edges.requests_adapter import _origin as requests_origin
+from smoothclient.events import RetryEvent
 from smoothclient.testing import FakeClock
 
 URL = "https://api.test/items"

@@ -22,15 +22,14 @@ from requests.adapters import HTTPAdapter
 from requests.structures import CaseInsensitiveDict
 
 from smoothclient import (
-    GITHUB_SCOPES,
     AsyncSmoothTransport,
     Pacer,
     RateLimited,
     RetryPolicy,
-    ScopeRequest,
     SmoothAdapter,
     SmoothTransport,
 )
+from smoothclient.pacing import GITHUB_SCOPES, ScopeRequest
 from smoothclient.testing import FakeClock
 
 #: (method, path) -> (status, headers), on the fake clock.

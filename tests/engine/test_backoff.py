@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smoothclient import offset_for
 from smoothclient.engine.backoff import backoff_ceiling, backoff_window, sample_backoff, uniform
+from smoothclient.spreading import offset_for
 from smoothclient.spreading.offsets import even_offsets
 from smoothclient.spreading.poisson import poisson_gap
 

@@ -139,7 +139,7 @@ def test_without_a_cache_nothing_changes_and_a_bad_cache_is_refused() -> None:
 def test_prometheus_counts_the_calls_the_cache_answered() -> None:
     from prometheus_client import CollectorRegistry
 
-    from smoothclient import PrometheusHooks
+    from smoothclient.telemetry import PrometheusHooks
 
     registry = CollectorRegistry()
     hooks = PrometheusHooks(registry=registry, origin_label=False)

@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from smoothclient import GITHUB_SCOPES, Hints, Pacer, RetryBudget
+from smoothclient import Hints, Pacer, RetryBudget
+from smoothclient.pacing import GITHUB_SCOPES
 from smoothclient.pacing.learning import MAX_WINDOW_GUESSES
 from smoothclient.pacing.pacer import PacerLike
 from smoothclient.pacing.state import EARLY_MAX, Kind

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from smoothclient import GITHUB_SCOPES, Pacer, ScopeRequest, ScopeRule, ScopeRules, read_hints
+from smoothclient import Pacer, read_hints
 from smoothclient.hints.model import Hints, Quota, hints_of
+from smoothclient.pacing import GITHUB_SCOPES, ScopeRequest, ScopeRule, ScopeRules
 from smoothclient.pacing.scopes import Bound, OriginScopes, names_of, split, template
 from smoothclient.pacing.store import run
 from smoothclient.testing import FakeClock

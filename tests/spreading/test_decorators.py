@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from smoothclient import RateLimited, RetryEvent, jittered, paced, retry
+from smoothclient import RateLimited, jittered, paced, retry
+from smoothclient.events import RetryEvent
 from smoothclient.spreading.jittered import Scheduler
 from smoothclient.testing import FakeClock
 

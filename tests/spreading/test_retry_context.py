@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from smoothclient import CallEnded, RetryEvent, RetryPolicy, record_of, retry, retry_context
+from smoothclient import CallEnded, RetryPolicy, record_of, retry, retry_context
+from smoothclient.events import RetryEvent
 from smoothclient.testing import FakeClock
 
 

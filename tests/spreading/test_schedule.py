@@ -14,7 +14,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from smoothclient import PoissonScheduler, Reconciler, TimeWindow, next_run, offset_for, spread
+from smoothclient import spread
+from smoothclient.spreading import PoissonScheduler, Reconciler, TimeWindow, next_run, offset_for
 from smoothclient.spreading import _aio as schedule_module
 from smoothclient.spreading.spread import SpreadCancelled, plan
 from smoothclient.testing import FakeClock

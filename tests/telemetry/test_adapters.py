@@ -10,18 +10,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from smoothclient import (
-    CallEnded,
-    OpenTelemetryHooks,
-    Pacer,
-    PrometheusHooks,
-    RetryPolicy,
-    SmoothAdapter,
-    SmoothTransport,
-    retry,
-)
+from smoothclient import CallEnded, Pacer, RetryPolicy, SmoothAdapter, SmoothTransport, retry
 from smoothclient.events import CallRecord
-from smoothclient.telemetry import Hooks, outcome_of
+from smoothclient.telemetry import Hooks, OpenTelemetryHooks, PrometheusHooks, outcome_of
 from smoothclient.testing import FakeClock
 
 ORIGIN = "https://api.test:443"

@@ -8,7 +8,8 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
-from smoothclient import PrometheusHooks, RetryEvent
+from smoothclient.events import RetryEvent
+from smoothclient.telemetry import PrometheusHooks
 from smoothclient.telemetry.prometheus import REASONS, reason_of, status_class
 
 
