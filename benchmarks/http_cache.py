@@ -48,6 +48,7 @@ THREADS = 8
 READ_EVERY = 0.05
 MAX_AGE = 5
 WARMUP = 1.0
+GAP = MAX_AGE / URLS / 3  # refresh_gap for the "+gap" rows: a third of the mean spacing
 BODY = b"x" * 1024
 
 
@@ -145,7 +146,8 @@ def smooth_cache(storage: str, redis_url: str, tmp: str) -> Any:
     from smoothclient import HttpCache
 
     where = {"memory": "memory://", "sqlite": f"sqlite://{tmp}/smooth.db", "redis": redis_url}
-    return HttpCache(where[storage])
+    name, _, spaced = storage.partition("+")  # "redis+gap": early refreshes spaced
+    return HttpCache(where[name], refresh_gap=GAP if spaced else None)
 
 
 # 1. the cost of a hit
@@ -189,6 +191,8 @@ FLEET_CLIENTS = [
     "smoothclient memory",
     "smoothclient sqlite",
     "smoothclient redis",
+    "smoothclient sqlite+gap",
+    "smoothclient redis+gap",
     "hishel sqlite",
     "hishel redis",
     "requests-cache sqlite",

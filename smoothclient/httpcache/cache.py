@@ -50,6 +50,8 @@ T = TypeVar("T")
 CacheLabel = Literal["hit", "miss", "revalidated", "stale", "bypass"]
 #: How often a caller waiting for another's revalidation looks again.
 POLL = 0.02
+#: The key of the slot early refreshes take turns in (``refresh_gap``): never a request's key.
+EARLY_SLOT = "smoothclient early refresh slot"
 #: The fractional part of the golden ratio: the step of the low-discrepancy sequence.
 _GOLDEN = 0.6180339887498949
 #: Statuses that let ``stale-if-error`` serve a stored response (RFC 5861 section 4).
@@ -125,6 +127,10 @@ class HttpCache:
             in the background, when the server allows more (``None``: only the server's).
         stale_if_error: seconds a stale response may stand in for an error or an exception
             (``None``: only the server's and the request's).
+        refresh_gap: early refreshes (of entries still fresh) at least this many seconds apart in
+            the process (memory), the host (SQLite) or the fleet (Redis); ``None`` (default):
+            not spaced.  About ``max-age / URLs / 2`` evens out the origin's load; an entry
+            that expires while waiting its turn is revalidated at once, as any stale entry.
         lock_timeout: the longest a revalidation holds its key (and a caller waits for one).
         clock: wall-clock seconds (default ``time.time``; dates are read against it).
         rng: randomness for the refresh points.
@@ -141,6 +147,7 @@ class HttpCache:
         early_refresh: float | None = None,
         stale_while_revalidate: float | None = None,
         stale_if_error: float | None = None,
+        refresh_gap: float | None = None,
         lock_timeout: float = 10.0,
         clock: Callable[[], float] | None = None,
         rng: random.Random | None = None,
@@ -166,6 +173,7 @@ class HttpCache:
         )
         self.stale_if_error = optional_seconds("stale_if_error", stale_if_error)
         self.lock_timeout = seconds("lock_timeout", lock_timeout, allow_zero=False)
+        self.refresh_gap = optional_seconds("refresh_gap", refresh_gap, allow_zero=False)
         self.clock: Callable[[], float] = clock or time.time
         self.rng = rng or random.Random()
         self._phase = self.rng.random()  # where this cache's sequence of first points starts
@@ -189,6 +197,7 @@ class HttpCache:
             "stale_while_revalidate",
             "stale_if_error",
             "lock_timeout",
+            "refresh_gap",
             "clock",
             "rng",
             "store",
@@ -254,15 +263,20 @@ class HttpCache:
 
     # one revalidation per key in flight
 
-    def claim(self, key: str) -> bool:
-        """Take ``key`` for a revalidation: in this process, then in the store (the fleet)."""
+    def claim(self, key: str, ttl: float | None = None) -> bool:
+        """
+        Take ``key`` for a revalidation: in this process, then in the store (host, fleet).
+
+        ``ttl``: how long the claim lasts if not released (default ``lock_timeout``).
+        """
         now = self.clock()
+        ttl = self.lock_timeout if ttl is None else ttl
         with self._lock:
             lapses = self._flights.get(key)
             if lapses is not None and now < lapses:
                 return False
-            self._flights[key] = now + self.lock_timeout
-        if self._safe("claim", lambda: self.store.claim(key, self.lock_timeout), True):
+            self._flights[key] = now + ttl
+        if self._safe("claim", lambda: self.store.claim(key, ttl), True):
             return True
         with self._lock:
             self._flights.pop(key, None)
@@ -399,7 +413,7 @@ class Lookup:
             return self._wait()
         fresh = entry.freshness
         if usable(fresh, rules, now):
-            if not rules.only_if_cached and cache.due(entry, now) and self._claim():
+            if not rules.only_if_cached and cache.due(entry, now) and self._early():
                 return self._fetch(entry)  # early: still fresh, so it stands in on failure
             return self._serve(entry, "hit")
         if rules.only_if_cached:
@@ -412,6 +426,19 @@ class Lookup:
         if swr:
             return self._serve(entry, "stale")
         return self._wait()
+
+    def _early(self) -> bool:
+        """
+        Claim the key for an early refresh, in the cache's turn of early refreshes if spaced.
+
+        With ``refresh_gap``, an early refresh first takes the one slot of the process (memory),
+        host (SQLite) or fleet (Redis) that lapses ``refresh_gap`` seconds later: while taken,
+        due entries are served as the hits they still are, and come due again on the next read.
+        """
+        gap = self.cache.refresh_gap
+        if gap is not None and not self.cache.claim(EARLY_SLOT, gap):
+            return False
+        return self._claim()
 
     def _claim(self) -> bool:
         if self.claimed:

@@ -5,7 +5,8 @@ Where stored responses live: one small seam, three stores (docs/http-cache.md se
 ``delete`` keys, and ``claim`` / ``release`` the right to revalidate a key.  The memory store
 leaves claims to the process (every claim succeeds: :class:`HttpCache` keeps one revalidation
 per key in flight in its process); the SQLite store makes them host-wide with a row of a
-claims table, the Redis store fleet-wide with a short lock key.  A store may raise anything: the cache reads a failure as a miss.
+claims table, the Redis store fleet-wide with a short lock key.  A store may raise anything:
+the cache reads a failure as a miss.
 
 Each store imports its library only when it is made: ``import smoothclient`` imports none.
 """

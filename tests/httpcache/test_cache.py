@@ -422,3 +422,18 @@ def test_a_body_fed_as_sent_keeps_its_content_encoding(wall: FakeClock) -> None:
     assert entry is not None
     assert ("Content-Encoding", "gzip") in entry.headers
     assert ("Content-Length", "2") in entry.headers
+
+
+def test_early_refreshes_take_turns_refresh_gap_apart(wall: FakeClock) -> None:
+    """Two entries due at once: one revalidates, the other stays a hit until the gap is over."""
+    c = client(wall, fixed(cache_control="max-age=1000"), refresh_gap=1.0)
+    c.get(f"{URL}/a")
+    c.get(f"{URL}/b")
+    wall.advance(990)  # both due (first points in [500, 1000]), both still fresh
+    assert c.get(f"{URL}/a").cache == "miss"  # revalidated (the fake origin sends 200s)
+    assert c.get(f"{URL}/b").cache == "hit"  # its turn has not come
+    wall.advance(0.5)
+    assert c.get(f"{URL}/b").cache == "hit"
+    wall.advance(0.6)  # the gap is over: b's turn
+    assert c.get(f"{URL}/b").cache == "miss"
+    assert len(c.origin.requests) == 4
