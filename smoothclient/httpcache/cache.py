@@ -134,6 +134,9 @@ class HttpCache:
         lock_timeout: the longest a revalidation holds its key (and a caller waits for one).
         clock: wall-clock seconds (default ``time.time``; dates are read against it).
         rng: randomness for the refresh points.
+
+    ``counts`` says how many lookups ended each way (``"hit"``, ``"miss"``, ``"revalidated"``,
+    ``"stale"``, ``"bypass"``; a background revalidation counts too), in this process.
     """
 
     def __init__(
