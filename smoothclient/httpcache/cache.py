@@ -218,7 +218,8 @@ class HttpCache:
         """The store and the settings that matter."""
         return (
             f"HttpCache({type(self.store).__name__}, max_body={self.max_body}, "
-            f"jitter={self.jitter}, swr={self.stale_while_revalidate}, "
+            f"jitter={self.jitter}, spread={self.spread}, refresh_gap={self.refresh_gap}, "
+            f"swr={self.stale_while_revalidate}, "
             f"sie={self.stale_if_error})"
         )
 
