@@ -3,7 +3,7 @@
 
 JSON (infinities as ``Infinity``, as Python's ``json`` writes and reads them).  The cohort
 counts (``waiting``, ``in_flight``) are not here: a shared store keeps them per process, so a
-crashed process's counts fade (see :mod:`.redis_store`).
+crashed process's counts fade (see :mod:`.redis.store`).
 
 The times of recent successes and throttles are most of a busy origin's state (a hundred a
 second at 100 req/s), and a shared store writes the state on every step: they are written as

@@ -83,7 +83,7 @@ def _store(
             f"storage must be 'memory://' or a redis://, rediss:// or unix:// URL, not {storage!r}"
         )
         raise ValueError(msg)
-    from .redis_store import RedisStore, connect  # only for a shared storage
+    from .redis.store import RedisStore, connect  # only for a shared storage
 
     client, loops = connect(storage, timeout)
     store = RedisStore(
@@ -105,13 +105,14 @@ class Pacer:
         max_gate: the longest any server hint may hold an origin's requests back (a buggy or
             hostile ``Retry-After: 999999`` is read as this).
         scope: the caller's scope function (request -> scope name(s), or ``None`` to learn
-            them), e.g. :data:`smoothclient.pacing.GITHUB_SCOPES`; an edge's own ``scope`` overrides it.
+            them), e.g. :data:`smoothclient.pacing.GITHUB_SCOPES`; an edge's own ``scope``
+            overrides it.
         max_routes: routes remembered per origin, each with the scopes the server named on it.
         max_scopes: scopes remembered per origin (each keeps a state like an origin's).
         storage: where the state lives: ``"memory://"`` (this process, the default), or a
             ``redis://``, ``rediss://`` or ``unix://`` URL, or a ``redis.Redis`` or
             ``redis.asyncio.Redis`` client, for a fleet that paces as one
-            (:mod:`smoothclient.pacing.redis_store`; needs the ``redis`` extra).  A Redis that
+            (:mod:`smoothclient.pacing.redis`; needs the ``redis`` extra).  A Redis that
             fails is never waited on beyond ``storage_timeout``: the pacer goes on from this
             process's memory.
         storage_timeout: the longest one step waits on a shared storage (seconds).

@@ -43,7 +43,10 @@ from . import Hooks, outcome_of
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 except ModuleNotFoundError as exc:  # pragma: no cover - the extra is part of the test setup
-    msg = "smoothclient.telemetry.PrometheusHooks needs prometheus: pip install 'smoothclient[prometheus]'"
+    msg = (
+        "smoothclient.telemetry.PrometheusHooks needs prometheus: "
+        "pip install 'smoothclient[prometheus]'"
+    )
     raise ImportError(msg, name=exc.name) from exc
 
 __all__ = ["REASONS", "PrometheusHooks", "reason_of", "status_class"]

@@ -12,7 +12,7 @@ import pytest
 from smoothclient import Pacer
 from smoothclient.hints import Hints
 from smoothclient.pacing.codec import dump, load
-from smoothclient.pacing.redis_tracker import redis_key
+from smoothclient.pacing.redis.tracker import redis_key
 from smoothclient.pacing.state import OriginState
 from smoothclient.tools.redis_server import RedisServer, binary
 

@@ -30,8 +30,9 @@ from smoothclient import (
     paced,
 )
 from smoothclient.hints import Hints, Quota
-from smoothclient.pacing import redis_store, redis_tracker
-from smoothclient.pacing.redis_store import RedisTracker, redis_key
+from smoothclient.pacing.redis import store as redis_store
+from smoothclient.pacing.redis import tracker as redis_tracker
+from smoothclient.pacing.redis.store import RedisTracker, redis_key
 from smoothclient.pacing.scopes import Bound
 from smoothclient.pacing.state import OriginState
 from smoothclient.pacing.store import run_async, stepwise

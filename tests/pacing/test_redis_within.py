@@ -1,4 +1,4 @@
-"""The bound of an async Redis round trip (``redis_link._within``): no server needed."""
+"""The bound of an async Redis round trip (``redis.link._within``): no server needed."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from smoothclient.pacing.redis_link import _within
+from smoothclient.pacing.redis.link import _within
 
 
 async def _converts_a_cancel() -> None:

@@ -2,8 +2,8 @@
 A store in Redis: the processes and hosts of a fleet pace by one state per origin (and scope).
 
 Every key holds one origin's (or scope's) :class:`~smoothclient.pacing.state.OriginState` as
-text (:mod:`.codec`), a version, and the cohort counts of each process.  A step is the same
-pure transition of :mod:`.state` that the in-memory store applies under a lock, applied here
+text (:mod:`..codec`), a version, and the cohort counts of each process.  A step is the same
+pure transition of :mod:`..state` that the in-memory store applies under a lock, applied here
 to the process's copy and written back by one Lua script that checks the version first
 (compare and set): one round trip when nobody else wrote in between, another (with the
 fresh state) when someone did.  So there is one definition of every rule, and each step is
@@ -24,7 +24,7 @@ atomic across the fleet.
   with its next step.
 - **A paced request costs one round trip**: its slot (a write that checks the version, which
   needs no read first when nobody else wrote).  Its answer, when the others can learn of it a
-  step later (:func:`~.learning.can_wait`: a success with quota left), is taken on this
+  step later (:func:`~..learning.can_wait`: a success with quota left), is taken on this
   process's copy at once and goes to Redis with this process's next step (in a herd, its
   next slot), or, when none comes, instead of its next read of the key (the copy is trusted
   :data:`TRUST` seconds); until written it is applied again to every state adopted from
@@ -36,20 +36,20 @@ atomic across the fleet.
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.
 
-**One definition, two drivers.** Each step (:class:`~.redis_steps.RedisSteps`) is a generator:
-it applies the pure transition to the copy, yields its round trip (a :class:`~.store.Trip`: the
+**One definition, two drivers.** Each step (:class:`~.steps.RedisSteps`) is a generator:
+it applies the pure transition to the copy, yields its round trip (a :class:`~..store.Trip`: the
 ``_SAVE`` or ``_READ`` script, keys and arguments) and handles the reply (written; or someone
 wrote first: adopt what Redis holds and go again; or failed: fall back). Sync edges drive it
-with the sync client (:func:`~.store.run`; one connection pool for every thread, each trip
+with the sync client (:func:`~..store.run`; one connection pool for every thread, each trip
 bounded by ``timeout``); async edges on asyncio drive the same generator on their event loop
-(:func:`~.store.run_async`: each trip awaited on that loop's ``redis.asyncio`` client and
+(:func:`~..store.run_async`: each trip awaited on that loop's ``redis.asyncio`` client and
 bounded by the timeout), so the loop never blocks. Both feed one fleet clock
 (:meth:`Link.tick`) and note failures one way. ``redis.asyncio`` runs on asyncio only: on trio
 the async edges take the same steps in worker threads with the sync client.
 
-- **One key's copy** and its steps' round trips are :class:`~.redis_tracker.RedisTracker`
-  (:mod:`.redis_tracker`); each step is defined once in :mod:`.redis_steps`.
-- **Clients, round trips and the clock** live in :mod:`.redis_link`.
+- **One key's copy** and its steps' round trips are :class:`~.tracker.RedisTracker`
+  (:mod:`.tracker`); each step is defined once in :mod:`.steps`.
+- **Clients, round trips and the clock** live in :mod:`.link`.
 - **Concurrency**: no lock is held across a round trip by an async driver; the copy's lock
   guards only the moments a step computes or adopts.  Tasks of one process race like
   processes: a write whose base version is stale fails, adopts and goes again.  A step
@@ -69,12 +69,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .keys import LruMap
-from .redis_link import TIMEOUT, Link, LoopClients, connect
-from .redis_steps import RedisSteps
-from .redis_tracker import COHORT_TTL, MAX_DEFERRED, TRUST, RedisTracker, redis_key
-from .state import Settings
-from .store import MemoryStore
+from ..keys import LruMap
+from ..state import Settings
+from ..store import MemoryStore
+from .link import TIMEOUT, Link, LoopClients, connect
+from .steps import RedisSteps
+from .tracker import COHORT_TTL, MAX_DEFERRED, TRUST, RedisTracker, redis_key
 
 __all__ = [
     "COHORT_TTL",

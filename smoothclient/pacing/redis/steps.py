@@ -1,10 +1,10 @@
 """
-The steps of a :class:`~.redis_tracker.RedisTracker`, each defined once as a generator of trips.
+The steps of a :class:`~.tracker.RedisTracker`, each defined once as a generator of trips.
 
-Every step is the pure transition of :mod:`.state` or :mod:`.learning`, what the in-memory
+Every step is the pure transition of :mod:`..state` or :mod:`..learning`, what the in-memory
 fallback does instead when Redis is down, and, for a slot, what "busy" means (others wrote
 first for longer than the timeout: ask again in a moment).  The sync driver
-(:func:`~.store.run`) and the async one (:func:`~.store.run_async`) take their round trips.
+(:func:`~..store.run`) and the async one (:func:`~..store.run_async`) take their round trips.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from ..engine.decide import CohortView
-from ..hints.model import Hints
-from ..policy import RetryBudget
-from . import learning
-from . import state as st
-from .state import Admission, OriginState, Settings
-from .store import MemoryTracker, Steps, done
+from ...engine.decide import CohortView
+from ...hints.model import Hints
+from ...policy import RetryBudget
+from .. import learning
+from .. import state as st
+from ..state import Admission, OriginState, Settings
+from ..store import MemoryTracker, Steps, done
 
 __all__ = ["RedisSteps", "Stepper"]
 
@@ -54,7 +54,7 @@ class RedisSteps:
     """
     A :class:`RedisTracker`'s steps, each defined once as a generator of round trips.
 
-    The pure transition (:mod:`.state`, :mod:`.learning`), what the fallback does instead, and
+    The pure transition (:mod:`..state`, :mod:`..learning`), what the fallback does instead, and
     what "busy" means for it.
     """
 

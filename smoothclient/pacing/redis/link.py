@@ -1,12 +1,12 @@
 """
-The connection to Redis of the shared store (:mod:`.redis_store`): clients, scripts, health, clock.
+The connection to Redis of the shared store (:mod:`.store`): clients, scripts, health, clock.
 
 - **Clients**: a URL gives a sync client (one connection pool for every thread) and, when a
   loop first asks, an asyncio client per event loop (a ``redis.asyncio`` client belongs to
   the loop it first ran on), closed when the loop shuts down (:class:`LoopClients`).  A
   ready ``redis.Redis`` serves sync steps as it is; a ready ``redis.asyncio.Redis`` serves
   its own loop as it is, and sync steps get a client made from its connection settings.
-- **Round trips** (:class:`~.store.Trip`) run the two Lua scripts, each bounded by the
+- **Round trips** (:class:`~..store.Trip`) run the two Lua scripts, each bounded by the
   store's timeout: :meth:`Link.send` with the sync client, :meth:`Link.send_async` on the
   running loop's client.  A failure marks Redis down for a jittered backoff (one warning an
   outage); the store falls back meanwhile.
@@ -28,7 +28,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from .store import Trip, on_asyncio
+from ..store import Trip, on_asyncio
 
 __all__ = ["CLOCK_READINGS", "TIMEOUT", "Link", "LoopClients", "connect"]
 

@@ -2,7 +2,7 @@
 One key of a Redis store: this process's copy of its state, and its steps' round trips.
 
 The design (keys, the fleet's clock, cohort counts, deferred answers, faults, concurrency)
-is described in :mod:`.redis_store`; each step is defined once in :mod:`.redis_steps`.
+is described in :mod:`.store`; each step is defined once in :mod:`.steps`.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..engine.decide import CohortView
-from ..hints.model import Hints
-from ..policy import RetryBudget
-from . import state as st
-from .codec import KEEP, clamped, dump, load
-from .redis_link import Link, _Down
-from .redis_steps import RedisSteps
-from .state import MAX_SUCCESSES, Admission, OriginState, OriginView, Settings
-from .store import MemoryTracker, Steps, Trip, run
+from ...engine.decide import CohortView
+from ...hints.model import Hints
+from ...policy import RetryBudget
+from .. import state as st
+from ..codec import KEEP, clamped, dump, load
+from ..state import MAX_SUCCESSES, Admission, OriginState, OriginView, Settings
+from ..store import MemoryTracker, Steps, Trip, run
+from .link import Link, _Down
+from .steps import RedisSteps
 
 __all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisTracker", "redis_key"]
 
@@ -59,9 +59,9 @@ class RedisTracker:
     A :class:`~smoothclient.pacing.store.Tracker` over one key in Redis (see the module).
 
     Each step is written once, as a generator of round trips (:attr:`steps`, a
-    :class:`~.redis_steps.RedisSteps`); the plain methods drive it here (:func:`~.store.run`,
+    :class:`~.steps.RedisSteps`); the plain methods drive it here (:func:`~..store.run`,
     the sync client), async edges on asyncio drive the same generators on their event loop
-    (:func:`~.store.run_async`, ``redis.asyncio``). No lock is held across a round trip by an
+    (:func:`~..store.run_async`, ``redis.asyncio``). No lock is held across a round trip by an
     async driver: ``lock`` guards the copy only while a step computes or adopts (no I/O).
     Threads take ``turn`` across a whole sync step (so they queue, as on one connection,
     instead of racing), but tasks race: the version check orders them. A step computes on the

@@ -1,0 +1,11 @@
+"""
+The Redis store: a fleet of processes sharing one pacer's state (see :mod:`.store`).
+
+- :mod:`.store`: :class:`~.store.RedisStore` and the design of the store;
+- :mod:`.tracker`: one key's copy and its round trips;
+- :mod:`.steps`: each step once, as a generator of round trips;
+- :mod:`.link`: clients, scripts, health and the fleet's clock (the only module here that
+  talks to Redis).
+
+Loaded only for a shared storage (``Pacer(storage="redis://...")``); needs the ``redis`` extra.
+"""
