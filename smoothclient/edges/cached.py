@@ -28,8 +28,9 @@ extra headers) goes through :func:`cached_send` (or :func:`cached_send_async`)::
 caller reads it, decoded (the stored headers then drop ``Content-Encoding``: requests), or as
 sent after ``recorder.as_sent()`` (an httpx transport sees the bytes before the client decodes
 them: ``Content-Encoding`` is kept, and ``build`` gets it back to decode), then ``finish()``
-at its end, or ``abandon()`` when the response is closed before; a response whose body was
-read already is fed whole at once.  ``tests/httpcache/test_httpx_wiring.py`` wires an httpx
+at its end, or ``abandon()`` when the response is closed before (``recorder.tee(chunks)`` and
+``recorder.atee(chunks)`` wrap a body stream doing all that); a response whose body was read
+already is fed whole at once.  ``tests/httpcache/test_httpx_wiring.py`` wires an httpx
 transport this way, whole.  The record
 of every response the caller gets says ``cache``: ``"hit"``, ``"miss"``, ``"revalidated"``,
 ``"stale"`` or ``"bypass"`` (the layer sets it on the dict ``record`` returns, or builds it).

@@ -92,17 +92,7 @@ class _TeeRaw:
             self._recorder.abandon()  # the raw bytes are not what the cache stores
             yield from self._raw.stream(amt, decode_content=decode_content)
             return
-        ended = False
-        try:
-            for chunk in self._raw.stream(amt, decode_content=True):
-                self._recorder.feed(chunk)
-                yield chunk
-            ended = True
-        finally:
-            if ended:
-                self._recorder.finish()
-            else:
-                self._recorder.abandon()
+        yield from self._recorder.tee(self._raw.stream(amt, decode_content=True))
 
     def read(self, amt: int | None = None, decode_content: bool | None = None, **kw: Any) -> bytes:
         """Read as urllib3 does; the end of the body stores it."""

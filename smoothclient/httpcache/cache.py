@@ -16,7 +16,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -595,6 +595,39 @@ class Recorder:
             self.lookup.done(cacheable=False)
             return
         self.chunks.append(bytes(chunk))
+
+    def tee(self, chunks: Iterable[bytes]) -> Generator[bytes, None, None]:
+        """
+        ``chunks`` passed through, each fed here; stored when they run out, not if abandoned.
+
+        What an edge wraps its body stream in: closed before its end (the caller stopped
+        reading), nothing is stored.
+        """
+        ended = False
+        try:
+            for chunk in chunks:
+                self.feed(chunk)
+                yield chunk
+            ended = True
+        finally:
+            if ended:
+                self.finish()
+            else:
+                self.abandon()
+
+    async def atee(self, chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
+        """Async twin of :meth:`tee`."""
+        ended = False
+        try:
+            async for chunk in chunks:
+                self.feed(chunk)
+                yield chunk
+            ended = True
+        finally:
+            if ended:
+                self.finish()
+            else:
+                self.abandon()
 
     def finish(self) -> None:
         """The body was read to its end: store it (once)."""

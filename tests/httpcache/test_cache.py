@@ -437,3 +437,38 @@ def test_early_refreshes_take_turns_refresh_gap_apart(wall: FakeClock) -> None:
     wall.advance(0.6)  # the gap is over: b's turn
     assert c.get(f"{URL}/b").cache == "miss"
     assert len(c.origin.requests) == 4
+
+
+def test_a_recorder_tees_a_stream_and_stores_it_only_read_to_its_end(wall: FakeClock) -> None:
+    """tee and atee: all chunks passed through; an abandoned stream stores nothing."""
+    import asyncio
+    from collections.abc import AsyncIterator
+
+    def keep() -> Keep:
+        lookup = client(wall, fixed()).cache.lookup("GET", URL, [])
+        lookup.step()
+        kept = lookup.received(200, [("Cache-Control", "max-age=60")])
+        assert isinstance(kept, Keep)
+        return kept
+
+    whole = keep()
+    assert list(whole.recorder.tee([b"a", b"b"])) == [b"a", b"b"]
+    assert whole.recorder.lookup.cache.get("GET " + URL) is not None
+    cut = keep()
+    stream = cut.recorder.tee([b"a", b"b"])
+    next(stream)
+    stream.close()
+    assert cut.recorder.lookup.cache.get("GET " + URL) is None
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"a"
+        yield b"b"
+
+    async def read() -> list[bytes]:
+        return [chunk async for chunk in keep_async.recorder.atee(chunks())]
+
+    keep_async = keep()
+    assert asyncio.run(read()) == [b"a", b"b"]
+    stored = keep_async.recorder.lookup.cache.get("GET " + URL)
+    assert stored is not None
+    assert stored.body == b"ab"

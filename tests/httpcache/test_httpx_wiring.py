@@ -28,17 +28,7 @@ class _Tee(httpx.SyncByteStream):
         self.inner, self.recorder = inner, recorder.as_sent()
 
     def __iter__(self) -> Iterator[bytes]:
-        ended = False
-        try:
-            for chunk in self.inner:
-                self.recorder.feed(chunk)
-                yield chunk
-            ended = True
-        finally:
-            if ended:
-                self.recorder.finish()
-            else:
-                self.recorder.abandon()
+        yield from self.recorder.tee(self.inner)
 
     def close(self) -> None:
         self.recorder.abandon()
