@@ -610,10 +610,7 @@ class Recorder:
                 yield chunk
             ended = True
         finally:
-            if ended:
-                self.finish()
-            else:
-                self.abandon()
+            self._end(ended)
 
     async def atee(self, chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
         """Async twin of :meth:`tee`."""
@@ -624,10 +621,14 @@ class Recorder:
                 yield chunk
             ended = True
         finally:
-            if ended:
-                self.finish()
-            else:
-                self.abandon()
+            self._end(ended)
+
+    def _end(self, ended: bool) -> None:
+        """The stream ran out (stored) or was left (nothing stored)."""
+        if ended:
+            self.finish()
+        else:
+            self.abandon()
 
     def finish(self) -> None:
         """The body was read to its end: store it (once)."""
