@@ -20,7 +20,14 @@ if TYPE_CHECKING:
     from .otel import OpenTelemetryHooks
     from .prometheus import PrometheusHooks
 
-__all__ = ["Hooks", "OpenTelemetryHooks", "PrometheusHooks", "outcome_of"]
+__all__ = [
+    "GIVE_UPS",
+    "Hooks",
+    "OpenTelemetryHooks",
+    "PrometheusHooks",
+    "give_up_of",
+    "outcome_of",
+]
 #: The adapters, each loaded on first use (each needs its extra).
 NAMES: dict[str, str] = {"OpenTelemetryHooks": "otel", "PrometheusHooks": "prometheus"}
 _EXTRAS = {"otel": "otel", "prometheus": "prometheus"}
@@ -51,6 +58,37 @@ def outcome_of(ended: CallEnded) -> str:
     if ended.record.attempts == 0:
         return "unsent"
     return "error" if ended.exception is not None else "status"
+
+
+#: Why a call gave up, as a metric label: what each reason's words say (the first match
+#: wins; the reasons are written by the engine and the call flow of this package).
+GIVE_UPS: tuple[tuple[str, str], ...] = (
+    ("retry budget is spent", "budget"),
+    ("has failed every request", "outage"),
+    ("quota is spent: closed", "closed"),
+    ("attempts used", "attempts"),
+    ("deadline", "deadline"),
+    ("max_retry_after", "max_retry_after"),
+    ("not idempotent", "not_idempotent"),
+    ("may have been sent", "not_idempotent"),
+    ("cannot be replayed", "not_replayable"),
+)
+
+
+def give_up_of(ended: CallEnded) -> str:
+    """
+    Why a call gave up, as a small fixed set (a metric label); ``""`` when it did not.
+
+    ``"budget"`` (the retry budget was spent: the origin fails too much to retry),
+    ``"outage"`` (the origin is down and the next probe is past the deadline), ``"closed"``
+    (a quota the server said is spent resets past the deadline), ``"attempts"``,
+    ``"deadline"``, ``"max_retry_after"``, ``"not_idempotent"``, ``"not_replayable"``, or
+    ``"other"`` (a status or error not retried, the server said not to retry).
+    """
+    reason = ended.record.gave_up
+    if reason is None:
+        return ""
+    return next((why for words, why in GIVE_UPS if words in reason), "other")
 
 
 def _both(first: Callable[[E], Any] | None, then: Callable[[E], Any]) -> Callable[[E], Any]:

@@ -24,7 +24,7 @@ recording, nothing is done.  Event names and attributes:
 from __future__ import annotations
 
 from ..events import CallEnded, RetryEvent
-from . import Hooks, outcome_of
+from . import Hooks, give_up_of, outcome_of
 
 try:
     from opentelemetry import trace
@@ -82,6 +82,7 @@ class OpenTelemetryHooks(Hooks):
             attributes["http.response.status_code"] = ended.status
         if record.gave_up is not None:
             attributes["smoothclient.gave_up"] = record.gave_up
+            attributes["smoothclient.give_up_why"] = give_up_of(ended)
         if ended.exception is not None:
             attributes["exception.type"] = type(ended.exception).__qualname__
         span.add_event("smoothclient.call_ended", attributes)

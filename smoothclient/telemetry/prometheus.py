@@ -19,15 +19,22 @@ metric                               labels                          what
                                                                      waiting (backoff and
                                                                      pacer slots)
 ``smoothclient_retry_delay_seconds`` origin                          each retry's delay
+``smoothclient_give_ups_total``      origin, why                     calls that gave up, by
+                                                                     why (the budget, an
+                                                                     outage, a closed quota)
+``smoothclient_held_seconds_total``  origin                          seconds calls were held
+                                                                     for an outage
 ==================================== =============================== ========================
 
 ``outcome`` is one of ``success``, ``status`` (an error status returned), ``error`` (an
 exception), ``unsent`` (given up before the first attempt): see
 :func:`~smoothclient.telemetry.outcome_of`.  A retry's ``reason`` is its kind, one of
 :data:`REASONS` (see :func:`reason_of`), and ``status_class`` the class of the status that
-was retried (``"5xx"``, ``"4xx"``...; ``""`` for an exception).  Every label takes a small set
-of values, whatever the servers answer; with many origins, ``origin_label=False`` drops that
-label.
+was retried (``"5xx"``, ``"4xx"``...; ``""`` for an exception).  A give-up's ``why`` is
+one of :data:`~smoothclient.telemetry.GIVE_UPS` (see
+:func:`~smoothclient.telemetry.give_up_of`): how often the budget or an outage stopped
+calls.  Every label takes a small set of values, whatever the servers answer; with many
+origins, ``origin_label=False`` drops that label.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..events import CallEnded, RetryEvent
-from . import Hooks, outcome_of
+from . import Hooks, give_up_of, outcome_of
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -107,6 +114,8 @@ class _Metrics:
     retries: Counter
     call_wait: Histogram
     retry_delay: Histogram
+    give_ups: Counter
+    held: Counter
 
 
 #: The metrics each registry has, by namespace: a second ``PrometheusHooks`` shares them.
@@ -156,6 +165,20 @@ def _register(
             registry=None,
             buckets=buckets,
         ),
+        give_ups=Counter(
+            "give_ups",
+            "Calls that gave up, by why",
+            (*origin, "why"),
+            namespace=ns,
+            registry=None,
+        ),
+        held=Counter(
+            "held_seconds",
+            "Seconds calls were held for an outage",
+            origin,
+            namespace=ns,
+            registry=None,
+        ),
     )
     done: list[Counter | Histogram] = []
     try:
@@ -165,6 +188,8 @@ def _register(
             metrics.retries,
             metrics.call_wait,
             metrics.retry_delay,
+            metrics.give_ups,
+            metrics.held,
         ):
             registry.register(collector)
             done.append(collector)
@@ -177,7 +202,7 @@ def _register(
 
 class PrometheusHooks(Hooks):
     """
-    Counters and histograms of calls, attempts, retries and waits.
+    Counters and histograms of calls, attempts, retries, waits and give-ups.
 
     Args:
         registry: where the metrics are registered (default: prometheus-client's global
@@ -227,6 +252,8 @@ class PrometheusHooks(Hooks):
         self.retries = metrics.retries
         self.call_wait = metrics.call_wait
         self.retry_delay = metrics.retry_delay
+        self.give_ups = metrics.give_ups
+        self.held = metrics.held
 
     def _labels(self, origin: str, *rest: str) -> tuple[str, ...]:
         return (origin, *rest) if self.origin_label else rest
@@ -251,3 +278,9 @@ class PrometheusHooks(Hooks):
         self.calls.labels(*labels).inc()
         self.attempts.labels(*labels).inc(ended.record.attempts)
         self.call_wait.labels(*labels).observe(ended.record.total_wait)
+        why = give_up_of(ended)
+        if why:
+            self.give_ups.labels(*self._labels(ended.origin, why)).inc()
+        if ended.record.held_for_outage > 0:
+            origin = self._labels(ended.origin)
+            (self.held.labels(*origin) if origin else self.held).inc(ended.record.held_for_outage)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 
+import httpx
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
+from smoothclient import CallEnded, CallRecord, Pacer, RetryBudget, RetryPolicy, SmoothTransport
 from smoothclient.events import RetryEvent
-from smoothclient.telemetry import PrometheusHooks
+from smoothclient.telemetry import PrometheusHooks, give_up_of
 from smoothclient.telemetry.prometheus import REASONS, reason_of, status_class
+from smoothclient.testing import FakeClock
 
 
 @pytest.fixture
@@ -24,8 +28,16 @@ def default_registry() -> Iterator[list[PrometheusHooks]]:
 
 
 def collectors_of(hooks: PrometheusHooks) -> tuple[Collector, ...]:
-    """The five collectors of ``hooks``."""
-    return (hooks.calls, hooks.attempts, hooks.retries, hooks.call_wait, hooks.retry_delay)
+    """The collectors of ``hooks``."""
+    return (
+        hooks.calls,
+        hooks.attempts,
+        hooks.retries,
+        hooks.call_wait,
+        hooks.retry_delay,
+        hooks.give_ups,
+        hooks.held,
+    )
 
 
 def test_hooks_made_twice_on_the_default_registry_share_its_metrics(
@@ -122,3 +134,59 @@ def test_retry_labels_stay_bounded_whatever_the_statuses() -> None:
     assert classes == {"", "1xx", "2xx", "3xx", "4xx", "5xx", "other"}
     assert len(label_sets) <= 12
     assert status_class(None) == ""
+
+
+def _gave_up(
+    answer: Callable[[httpx.Request], httpx.Response],
+    policy: RetryPolicy,
+    method: str = "GET",
+    calls: int = 1,
+) -> list[str]:
+    """The ``why`` of each call's give-up, through a real transport on a fake clock."""
+    clock = FakeClock(1000.0)
+    seen: list[str] = []
+
+    def hook(ended: CallEnded) -> None:
+        seen.append(give_up_of(ended))
+
+    transport = SmoothTransport(
+        httpx.MockTransport(answer),
+        policy=policy.replace(on_give_up=hook),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+    )
+    with httpx.Client(transport=transport) as client:
+        for _ in range(calls):
+            with contextlib.suppress(httpx.HTTPError):
+                client.request(method, "https://api.test/x")
+    return seen
+
+
+def test_why_a_call_gave_up_is_told_from_the_engines_own_reasons() -> None:
+    """The label set holds against the words the engine and the call flow really write."""
+    failing = lambda request: httpx.Response(503)  # noqa: E731
+    assert _gave_up(failing, RetryPolicy(attempts=2, budget=None)) == ["attempts"]
+    assert _gave_up(failing, RetryPolicy(budget=None), method="POST") == ["not_idempotent"]
+    stingy = RetryBudget(ratio=0.0, min_per_second=0.0)
+    assert _gave_up(failing, RetryPolicy(attempts=3, budget=stingy)) == ["budget"]
+    down = _gave_up(failing, RetryPolicy(budget=None, max_retry_after=0.1), calls=10)
+    assert down[-1] == "outage"  # refused unsent: the origin fails everything
+
+    def spent(request: httpx.Request) -> httpx.Response:
+        headers = {"x-ratelimit-limit": "30", "x-ratelimit-remaining": "0"}
+        return httpx.Response(429, headers={**headers, "x-ratelimit-reset-after": "50"})
+
+    assert _gave_up(spent, RetryPolicy(timeout=2), calls=2)[-1] == "closed"
+
+
+def test_give_ups_are_counted_by_why() -> None:
+    registry = CollectorRegistry()
+    hooks = PrometheusHooks(registry=registry, origin_label=False)
+    record = CallRecord(attempts=3, gave_up="status 503: the retry budget is spent")
+    hooks.on_give_up(CallEnded("https://api.test:443", record, status=503))
+    hooks.on_give_up(CallEnded("https://api.test:443", CallRecord(attempts=1), status=404))
+    held = CallRecord(attempts=1, held_for_outage=1.5)
+    hooks.on_success(CallEnded("https://api.test:443", held, status=200))
+    assert registry.get_sample_value("smoothclient_give_ups_total", {"why": "budget"}) == 1
+    assert registry.get_sample_value("smoothclient_give_ups_total", {"why": "other"}) is None
+    assert registry.get_sample_value("smoothclient_held_seconds_total", {}) == 1.5
