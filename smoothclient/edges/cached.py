@@ -24,7 +24,7 @@ extra headers) goes through :func:`cached_send` (or :func:`cached_send_async`)::
             lambda extra: self.send_through_flow(request, extra), time.sleep,
         )
 
-``tee`` is handed a :class:`~smoothclient.httpcache.cache.Recorder`: feed it the body as the
+``tee`` is handed a :class:`~smoothclient.httpcache.lookup.Recorder`: feed it the body as the
 caller reads it, decoded (the stored headers then drop ``Content-Encoding``: requests), or as
 sent after ``recorder.as_sent()`` (an httpx transport sees the bytes before the client decodes
 them: ``Content-Encoding`` is kept, and ``build`` gets it back to decode), then ``finish()``
@@ -48,8 +48,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..events import CallRecord
-from ..httpcache.cache import Fetch, HttpCache, Keep, Lookup, Recorder, Refuse, Serve, Wait
+from ..httpcache.cache import HttpCache
 from ..httpcache.entry import Entry
+from ..httpcache.lookup import Fetch, Keep, Lookup, Recorder, Refuse, Serve, Wait
 
 __all__ = [
     "EdgeIO",

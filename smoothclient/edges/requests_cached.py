@@ -19,8 +19,9 @@ from requests.structures import CaseInsensitiveDict
 from requests.utils import get_encoding_from_headers
 
 from ..errors import RateLimited
-from ..httpcache.cache import HttpCache, Recorder
+from ..httpcache.cache import HttpCache
 from ..httpcache.entry import Entry
+from ..httpcache.lookup import Recorder
 from .cached import EdgeIO, Record, cached_send
 
 __all__ = ["built", "send"]

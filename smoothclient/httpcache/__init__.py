@@ -9,8 +9,9 @@ when it is made.
 
 from __future__ import annotations
 
-from .cache import HttpCache, Lookup
+from .cache import HttpCache
 from .entry import Entry
+from .lookup import Lookup
 from .stores import MemoryStore, RedisStore, SqliteStore, Store
 
 __all__ = ["Entry", "HttpCache", "Lookup", "MemoryStore", "RedisStore", "SqliteStore", "Store"]

@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from smoothclient import HttpCache, SmoothAdapter, record_of
-from smoothclient.httpcache.cache import Fetch
+from smoothclient.httpcache.lookup import Fetch
 from smoothclient.testing import FakeClock
 from smoothclient.tools.redis_server import RedisServer, binary
 

@@ -11,8 +11,8 @@ import pytest
 
 from smoothclient.edges.cached import EdgeIO, cached_send
 from smoothclient.httpcache import HttpCache
-from smoothclient.httpcache.cache import Recorder
 from smoothclient.httpcache.entry import Entry
+from smoothclient.httpcache.lookup import Recorder
 from smoothclient.testing import FakeClock
 
 NOW = 1_700_000_000.0

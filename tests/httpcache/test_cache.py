@@ -8,7 +8,7 @@ import random
 import pytest
 
 from smoothclient.httpcache import HttpCache
-from smoothclient.httpcache.cache import Fetch, Keep, Serve, Wait
+from smoothclient.httpcache.lookup import Fetch, Keep, Serve, Wait
 from smoothclient.testing import FakeClock
 
 from .conftest import NOW, URL, OriginDown, Resp, client, fixed

@@ -16,7 +16,7 @@ import pytest
 
 from smoothclient.edges.cached import EdgeIO, Record, cached_send
 from smoothclient.httpcache import Entry, HttpCache
-from smoothclient.httpcache.cache import Recorder
+from smoothclient.httpcache.lookup import Recorder
 
 URL = "https://api.test/items"
 
