@@ -110,9 +110,15 @@ def cached_send(
     send: Callable[[dict[str, str]], R],
     sleep: Callable[[float], object],
     spawn: Callable[[Callable[[], object]], None] = in_thread,
+    *,
+    streamed: bool = False,
 ) -> R:
     """
     One call through ``cache``: a stored response, or ``send(extra_headers)``'s, stored.
+
+    ``streamed``: the caller reads the body when it likes (requests' ``stream=True``), so the
+    key is not held while it does (others needing the key go to the origin meanwhile, rather
+    than wait on a read that may never come); the body is still stored once read to its end.
 
     ``spawn`` runs a background revalidation (``stale-while-revalidate``).
     """
@@ -134,7 +140,10 @@ def cached_send(
     except BaseException:
         lookup.done()
         raise
-    return _answer(lookup, io, response)[0]
+    answer = _answer(lookup, io, response)[0]
+    if streamed:
+        lookup.done()
+    return answer
 
 
 def _from_store(
@@ -206,6 +215,8 @@ async def cached_send_async(
     send: Callable[[dict[str, str]], Awaitable[R]],
     sleep: Callable[[float], Awaitable[object]],
     spawn: Callable[[Callable[[], Awaitable[None]]], None],
+    *,
+    streamed: bool = False,
 ) -> R:
     """
     Async twin of :func:`cached_send`.
@@ -236,6 +247,8 @@ async def cached_send_async(
         raise
     answer, _, closed = _answer(lookup, io, response)
     await _maybe(closed)
+    if streamed:
+        lookup.done()
     return answer
 
 

@@ -308,7 +308,9 @@ class SmoothAdapter(Edge, HTTPAdapter):
         def ended(response: requests.Response, record: dict[str, Any]) -> object:
             return core._ended(_origin(request.url or ""), response, record)
 
-        return send(cache, request, lambda r: self._send(r, **kwargs), ended, self._sleep)
+        streamed = bool(kwargs.get("stream"))
+        network = lambda r: self._send(r, **kwargs)  # noqa: E731
+        return send(cache, request, network, ended, self._sleep, streamed=streamed)
 
     def _send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         """Send ``request`` through the retry flow; return the last response."""

@@ -135,9 +135,13 @@ def send(
     network: Callable[[requests.PreparedRequest], requests.Response],
     ended: Callable[[requests.Response, Record], object],
     sleep: Callable[[float], object],
+    *,
+    streamed: bool = False,
 ) -> requests.Response:
     """
     ``request`` through ``cache``; ``network`` sends a request through the retry flow.
+
+    ``streamed``: ``stream=True`` (the key is not held while the caller reads).
 
     ``ended(response, record)`` tells the hooks of a call the cache answered alone (a call that
     was sent told them when its flow ended, before the cache's word: its ``cache`` is ``None``
@@ -168,6 +172,5 @@ def send(
         failures=(requests.RequestException, RateLimited),
     )
     headers = request.headers.items()
-    return cached_send(
-        cache, edge_io, request.method or "GET", request.url or "", headers, with_headers, sleep
-    )
+    method, url = request.method or "GET", request.url or ""
+    return cached_send(cache, edge_io, method, url, headers, with_headers, sleep, streamed=streamed)

@@ -169,3 +169,27 @@ def test_a_body_stored_as_sent_by_another_edge_is_decoded_on_a_hit() -> None:
     entry = Entry("GET " + URL, 200, (("Content-Encoding", "gzip"),), body, (), (), 0, 60, 60)
     request = requests.Request("GET", URL).prepare()
     assert built(entry, {"attempts": 0}, request).text == "plain text"
+
+
+def test_a_body_read_from_raw_is_stored_only_decoded_and_whole() -> None:
+    """raw.read() to the end stores it; raw bytes asked undecoded are never stored."""
+    s, _adapter, _ = session([(200, {"Cache-Control": "max-age=60"}, b"abc")])
+    undecoded = s.get(URL, stream=True)
+    assert undecoded.raw.read(decode_content=False) == b"abc"
+    undecoded.close()
+    assert record_of(s.get(URL, stream=True)).cache == "miss"  # type: ignore[union-attr]
+    in_parts = s.get(URL, stream=True)
+    assert in_parts.raw.read(2) + in_parts.raw.read(2) + in_parts.raw.read(2) == b"abc"
+    assert record_of(s.get(URL)).cache == "hit"  # type: ignore[union-attr]
+
+
+def test_a_streamed_response_left_unread_holds_nobody_up() -> None:
+    """stream=True, never read: the next call goes to the origin at once (no 10 s wait)."""
+    s, adapter, _ = session([(200, {"Cache-Control": "max-age=60"}, b"abc")])
+    cache = adapter._cache
+    assert cache is not None
+    left = s.get(URL, stream=True)
+    lookup = cache.lookup("GET", URL, [])
+    assert type(lookup.step()).__name__ == "Fetch"  # the key is free: no Wait
+    lookup.done()
+    left.close()
