@@ -31,12 +31,13 @@ them: ``Content-Encoding`` is kept, and ``build`` gets it back to decode), then 
 at its end, or ``abandon()`` when the response is closed before (``recorder.tee(chunks)`` and
 ``recorder.atee(chunks)`` wrap a body stream doing all that); a response whose body was read
 already is fed whole at once.  ``tests/httpcache/test_httpx_wiring.py`` wires an httpx
-transport this way, whole.  The record
-of every response the caller gets says ``cache``: ``"hit"``, ``"miss"``, ``"revalidated"``,
-``"stale"`` or ``"bypass"`` (the layer sets it on the dict ``record`` returns, or builds it).
-A hit never reaches ``send``: it costs no pacing.  A revalidation is ``send`` with
-validators: paced and retried like any request.  docs/http-cache.md section 4 says what
-each outcome does.
+transport this way, whole.
+
+The record of every response the caller gets says ``cache``: ``"hit"``, ``"miss"``,
+``"revalidated"``, ``"stale"`` or ``"bypass"`` (the layer sets it on the dict ``record``
+returns, or builds it).  A hit never reaches ``send``: it costs no pacing.  A revalidation
+is ``send`` with validators: paced and retried like any request.  docs/http-cache.md
+section 4 says what each outcome does.
 """
 
 from __future__ import annotations
