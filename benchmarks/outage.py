@@ -157,6 +157,7 @@ SELFCHECK = [
     Scenario("check-refused", "selfcheck: 2 s refused", ((1, 3, "refuse"),), 4),
 ]
 WINDOW_COLUMNS = {"brownout", "metastable"}
+DUMP: Path | None = None  # --dump: each run's server log and calls are written there
 
 # ---------------------------------------------------------------- clients (in the child)
 
@@ -494,7 +495,11 @@ def run_once(sc: Scenario, client: str, rep: int, redis_url: str | None) -> Run:
         time.sleep(0.1)
         out, _ = server.communicate("STOP\n", timeout=30)
         log_line = next(x for x in out.splitlines() if x.startswith("LOG "))
-        return measure(sc, client, rep, json.loads(log_line[4:]), results)
+        log = json.loads(log_line[4:])
+        if DUMP is not None:
+            name = f"{sc.name}-{client.replace(' ', '_')}-{rep + 1}.json"
+            (DUMP / name).write_text(json.dumps({"log": log, "results": results}))
+        return measure(sc, client, rep, log, results)
     finally:
         for proc in (*children, server):
             if proc.poll() is None:
@@ -588,6 +593,38 @@ def _progress(r: Run) -> None:
     )
 
 
+def timeline(dump: dict[str, Any], step: float = 0.25) -> str:
+    """
+    A dumped run (--dump) step by step: what the server got and answered, and how long.
+
+    Columns: requests arrived; answered 200; answered 503 at once (no work: down, queue full);
+    answered 503 after a wait (a pool's queued request that timed out: work paid for); the
+    mean and most time an answer took; calls started and calls ended ok / failed.
+    """
+    log = dump["log"]
+    calls = [c for r in dump["results"] for c in r["calls"]]
+    end = max([d for _, d, _ in log] + [0.0])
+    rows = [
+        "   t  arrived   200  503now  503late  mean ms  max ms  started  ok  failed",
+    ]
+    for k in range(math.ceil(end / step)):
+        lo, hi = k * step, (k + 1) * step
+        got = [x for x in log if lo <= x[1] < hi]
+        took = [d - a for a, d, _ in got]
+        rows.append(
+            f"{lo:5.2f} {sum(1 for a, _, _ in log if lo <= a < hi):8d} "
+            f"{sum(1 for x in got if x[2] == 200):5d} "
+            f"{sum(1 for a, d, s in got if s != 200 and d - a < 0.05):7d} "
+            f"{sum(1 for a, d, s in got if s != 200 and d - a >= 0.05):8d} "
+            f"{1000 * statistics.fmean(took) if took else 0:8.0f} "
+            f"{1000 * max(took, default=0):7.0f} "
+            f"{sum(1 for c in calls if lo <= c[0] < hi):8d} "
+            f"{sum(1 for c in calls if c[2] is not None and lo <= c[2] < hi and c[3]):3d} "
+            f"{sum(1 for c in calls if c[2] is not None and lo <= c[2] < hi and not c[3]):7d}"
+        )
+    return "\n".join(rows)
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -622,6 +659,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"1 run, only {', '.join(QUICK)}")
     parser.add_argument("--write", action="store_true", help="write the tables to OUTAGE.md")
     parser.add_argument("--json", metavar="FILE", help="also write every run to FILE")
+    parser.add_argument(
+        "--dump", metavar="DIR", help="write each run's server log and calls to DIR (--timeline)"
+    )
+    parser.add_argument(
+        "--timeline", metavar="FILE", help="print a dumped run second by second, and exit"
+    )
     parser.add_argument("--selfcheck", action="store_true", help="check the measuring, quickly")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -631,6 +674,13 @@ def main() -> None:
     if args.selfcheck:
         selfcheck()
         return
+    if args.timeline:
+        print(timeline(json.loads(Path(args.timeline).read_text())))
+        return
+    if args.dump:
+        global DUMP
+        DUMP = Path(args.dump)
+        DUMP.mkdir(parents=True, exist_ok=True)
     runs_per_cell = args.runs if args.runs is not None else (1 if args.quick else 3)
     wanted = args.scenario or (list(QUICK) if args.quick else names)
     scenarios = [sc for sc in SCENARIOS if sc.name in wanted]

@@ -5,7 +5,8 @@ timeline of outages, logging every request's arrival, answer time and status.
 Run as a child process: ``python benchmarks/outage_server.py PLAN_JSON``.  It binds a free
 127.0.0.1 port, prints ``PORT <n>``, then reads commands on stdin:
 
-- ``GO <epoch>``: the timeline's zero (``time.time()``); the log so far (warm-ups) is dropped;
+- ``GO <epoch>``: the timeline's zero (``time.time()``); the log so far (warm-ups, which
+  see a healthy server) is dropped;
 - ``STOP``: print ``LOG <json>`` (``[[arrival, answered, status], ...]``, seconds from zero) and
   exit.
 
@@ -61,6 +62,7 @@ class Server:
         self.refilled = time.time()
         self.phases: list[tuple[float, float, str]] = [tuple(p) for p in plan["phases"]]
         self.t0 = time.time()
+        self.started = False  # GO came: the timeline runs
         self.log: list[tuple[float, float, int]] = []
         self.conns: set[Conn] = set()
         self.listener: asyncio.base_events.Server | None = None
@@ -71,6 +73,8 @@ class Server:
     # ------------------------------------------------------------ timeline
 
     def mode(self, now: float) -> str:
+        if not self.started:  # (the warm-ups before GO: healthy, whenever they come)
+            return ""
         rel = now - self.t0
         for start, end, mode in self.phases:
             if start <= rel < end:
@@ -164,6 +168,7 @@ class Server:
             line = (await reader.readline()).decode().strip()
             if line.startswith("GO "):
                 self.t0 = float(line.split()[1])
+                self.started = True
                 self.log.clear()
                 for start, end, mode in self.phases:
                     if mode == "refuse":

@@ -97,6 +97,8 @@ def observe(
             crowd.served(o, s, now, sent_at)
         if o.learned and not failure:
             controller.recovered(o, s, now, sent_at)
+    if o.outage.release_until > now - outage.RELEASE:
+        outage.timed(o, s, now, sent_at, ok=status < 400)  # the release's bound in flight
 
 
 def can_wait(o: OriginState, status: int, hints: Hints) -> bool:

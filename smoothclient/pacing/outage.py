@@ -25,6 +25,13 @@ The law, in three parts:
    is also a throttle that cuts that rate once it is above the rate served before: a
    recovering server that answers its overload with 503s slows the release down instead of
    being buried by it, and a brownout's 503s do not cut it below what the origin served.
+4. **In flight, bounded.**  A server that queues its overload answers a release too fast with
+   nothing but slower successes until its queue times out, a second late.  So the release
+   also keeps at most :data:`FLIGHT_GAIN` times the requests the origin had in flight before
+   (Little's law: the rate it served times its quickest answer; at least :data:`MIN_FLIGHT`)
+   in flight, as a rate: that many over how long its answers take now (see :func:`timed`).
+   Answers that take longer than the quickest mean a queue is building, and the rate falls
+   with them (see ``docs/outages.md`` section 3).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ __all__ = [
     "is_failure",
     "settled",
     "taken",
+    "timed",
 ]
 
 #: Failures in a row (no success between) that mark an origin down.
@@ -63,6 +71,15 @@ MAX_PROBE_GAP = 1.0
 RELEASE = 10.0
 #: The release ends (the pace drops) once it has held nobody back and cut nothing this long.
 SETTLE = 2.0
+#: The release keeps in flight at most this many times what the origin had in flight before
+#: the outage (the rate it served times its quickest answer): twice, as BBR keeps twice the
+#: bandwidth-delay product, room for a backlog and a queue at the origin of as much again.
+FLIGHT_GAIN = 2.0
+#: ... and at least this many requests: a quick origin's handful in flight bounds nothing (its
+#: answers' times are the client's own scheduling as much as the server's).
+MIN_FLIGHT = 4.0
+#: Each answer moves the smoothed time answers take by this share of the difference.
+SMOOTHING = 0.25
 #: Statuses that say the origin failed the request (not a rate limit, not the client's fault).
 FAILURE_STATUSES = frozenset({500, 502, 503, 504})
 _GOLDEN = 0.6180339887498949
@@ -166,6 +183,7 @@ def answered(o: OriginState, s: Settings, now: float) -> None:
     b.down_since = None
     b.gap = PROBE_GAP
     b.release_until = now + RELEASE
+    o.answer_time, o.unbounded = None, 0.0  # (timed: this release's answers)
     if o.gate <= b.closed_until:  # (a gate a server's Retry-After closed stays closed)
         o.gate = min(o.gate, now)
     pace = o.pace
@@ -204,3 +222,51 @@ def settled(o: OriginState, now: float) -> None:
             o.pace.rate = None
             o.cut = None
             o.ceiling = math.inf
+
+
+def timed(o: OriginState, s: Settings, now: float, sent_at: float | None, *, ok: bool) -> None:
+    """
+    An answer while what waited out an outage is released: keep the release's flight bounded.
+
+    Little's law: requests in flight are the rate times how long each takes.  Before the
+    outage the origin had the rate it served times its quickest answer in flight; the release
+    keeps at most :data:`FLIGHT_GAIN` times that (at least :data:`MIN_FLIGHT`), as TCP keeps
+    a window: it sends as fast as answers come back, plus what the requests in flight lack
+    of the window over the time an answer takes (a window kept as a rate: the requests
+    waiting hold slots of it).  Against an origin that queues its overload, a release too fast
+    fills the window, not the queue, so the queue stays short.  And answers that take longer
+    than the quickest mean a queue is building all the same (a fleet's windows add up): the
+    window shrinks with them, below twice the quickest (the gradient limiter of Netflix's
+    concurrency-limits; TCP Vegas reads the same signal).  The window grows with what the
+    release gets through, so an origin with more room than before lets it grow.
+
+    A failure (``ok`` False) counts only when it took longer than answers do: a 503 from a
+    queue that timed out says how long the queue is, one turned away at once says nothing of
+    it.
+    """
+    if sent_at is None or now < sent_at:
+        return
+    took = now - sent_at
+    if ok and (o.latency is None or took < o.latency):
+        o.latency = took  # (the least a success took: see .crowd)
+    smoothed = o.answer_time
+    if smoothed is None:
+        if not ok:
+            return
+        smoothed = took
+    elif ok or took > smoothed:
+        smoothed += SMOOTHING * (took - smoothed)
+    o.answer_time = smoothed
+    rate, quickest = o.pace.rate, o.latency
+    if rate is None or not o.learned or quickest is None or smoothed <= 0:
+        return
+    answers = len(o.successes) - bisect.bisect_left(o.successes, now - 1.0)
+    window = FLIGHT_GAIN * max(o.outage.served, answers) * quickest
+    window = max(MIN_FLIGHT, window * min(1.0, FLIGHT_GAIN * quickest / smoothed))
+    # the gap closed over two answers' times: what is sent now shows in the answers one later
+    bound = max(s.learned_floor, answers + (window - o.in_flight) / (2 * smoothed))
+    if rate >= o.unbounded or not ok:
+        # the controller grew it past what the bound last held back, or may have cut it (a
+        # failure): its rate stands
+        o.unbounded = rate
+    o.pace.rate = min(o.unbounded, bound)

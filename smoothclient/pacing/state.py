@@ -208,6 +208,9 @@ class OriginState:
     # process sharing this state binds a route by what any of them learned
     routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     latency: float | None = None  # the least time a success took (see .crowd)
+    # how long answers take while an outage's backlog is released, smoothed (see .outage)
+    answer_time: float | None = None
+    unbounded: float = 0.0  # ... and the rate it would have but for the bound they set (0: none)
     # the crowd window (see .crowd): at most this many requests in flight (inf: no limit)
     crowd_window: float = INF  # (not the quota's window: see kind)
     crowded_at: float = -1e18  # when a throttle last set it

@@ -10,11 +10,19 @@ trio's virtual clock.  :func:`run_outage` measures what the server saw: the load
 outage over what the fleet offered, the peak second after it over capacity, and the calls
 that failed.  The outage law of the pacer is tested this way; ``benchmarks/outage.py`` runs
 the same scenario against a real server, peers beside it.
+
+With ``workers`` the server is a worker pool instead (``benchmarks/outage_server.py``'s
+``pool``): ``workers`` workers serve ``capacity`` requests a second in all, in the order they
+came (a queue of at most ``queue``; beyond it, 503 at once), and a request that waited over
+``queue_timeout`` for its worker is still worked on and answered 503: rejected work that
+costs capacity, where a release too fast keeps the server failing after the outage (a
+metastable failure).
 """
 
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +36,7 @@ class OutageResult:
     """What the server saw and how the calls ended."""
 
     arrivals: tuple[float, ...]  # when each request reached the server
+    served: tuple[float, ...]  # when each success was answered
     offered: float  # calls a second the fleet started
     capacity: float
     down: tuple[float, float]
@@ -50,6 +59,10 @@ class OutageResult:
             best = max(best, hi - lo + 1)
         return best / width / self.capacity
 
+    def goodput(self, start: float, end: float) -> float:
+        """Successes a second answered from ``start`` to ``end``."""
+        return sum(1 for t in self.served if start <= t < end) / (end - start)
+
     @property
     def failed_share(self) -> float:
         """The share of calls that did not end in a success."""
@@ -69,6 +82,9 @@ def run_outage(
     policy: Any = None,
     rtt: float = 0.005,
     seed: int = 0,
+    workers: int = 0,
+    queue: int = 500,
+    queue_timeout: float = 1.0,
 ) -> OutageResult:
     """
     Run the scenario; needs httpx and trio (the test extras).
@@ -76,6 +92,8 @@ def run_outage(
     ``fail_share``: the share of requests failed while down (1: an outage; 0.5: a brownout).
     ``shared``: the fleet's clients use one pacer (as processes sharing one store do).
     ``policy``: the clients' policy (default: ``RetryPolicy(attempts=4, timeout=10)``).
+    ``workers`` (0: a token bucket): a worker pool of that many, ``queue`` and
+    ``queue_timeout`` as the module says.
     """
     import httpx
     import trio
@@ -88,6 +106,10 @@ def run_outage(
     chosen = policy or RetryPolicy(attempts=4, timeout=10.0)
     bucket = Gcra(rate=capacity, burst=max(1.0, capacity / 20))
     arrivals: list[float] = []
+    served: list[float] = []
+    free = [0.0] * workers  # when each worker is next free
+    waiting: deque[float] = deque()  # when each queued request starts
+    service = workers / capacity if workers else 0.0
     coin = random.Random(seed)
     failed = 0
     calls = 0
@@ -101,12 +123,27 @@ def run_outage(
             status = 503
             if retry_after is not None:
                 headers["Retry-After"] = f"{retry_after:g}"
+        elif workers:
+            while waiting and waiting[0] <= now:
+                waiting.popleft()  # (started: no longer queued)
+            if len(waiting) >= queue:
+                status = 503  # the queue is full: turned away at once, at no cost
+            else:
+                worker = min(range(workers), key=free.__getitem__)
+                start = max(now, free[worker])
+                free[worker] = start + service
+                if start > now:
+                    waiting.append(start)  # (FIFO: starts come in order)
+                await trio.sleep_until(start + service)
+                status = 200 if start - now <= queue_timeout else 503
         else:
             at = bucket.earliest(now)
             status = 200 if at <= now else 503
             if status == 200:
                 bucket.take(now)
         await trio.sleep(rtt / 2)
+        if status == 200:
+            served.append(trio.current_time())
         return httpx.Response(status, headers=headers, content=b"{}")
 
     shared_pacer = Pacer(clock=trio.current_time) if shared else None
@@ -147,4 +184,4 @@ def run_outage(
                 nursery.start_soon(client, index)
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    return OutageResult(tuple(arrivals), procs * rate, capacity, down, calls, failed)
+    return OutageResult(tuple(arrivals), tuple(served), procs * rate, capacity, down, calls, failed)

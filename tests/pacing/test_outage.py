@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from smoothclient.hints import Hints
-from smoothclient.pacing import learning
+from smoothclient.pacing import learning, outage
 from smoothclient.pacing.codec import dump, load
 from smoothclient.pacing.outage import DOWN_AFTER, MAX_PROBE_GAP, failed
 from smoothclient.pacing.state import OriginState, Settings, acquire, healthy, try_now, view
@@ -202,6 +202,72 @@ def test_a_release_at_the_rate_served_before_is_not_cut_by_a_brownouts_503s() ->
     assert start is not None
     for i in range(6):
         _fail(o, now + 0.3 * (i + 1))
-        learning.observe(o, S, 200, Hints(), now + 0.3 * (i + 1) + 0.01, sent_at=now, counted=False)
+        at = now + 0.3 * (i + 1)
+        learning.observe(o, S, 200, Hints(), at + 0.01, sent_at=at, counted=False)
     assert o.pace.rate is not None
     assert o.pace.rate >= start
+
+
+def _answers(o: OriginState, now: float, n: int, took: float, in_flight: int) -> float:
+    """``n`` successes 1/30 s apart, each having taken ``took``, ``in_flight`` others out."""
+    for _ in range(n):
+        now += 1 / 30
+        o.in_flight = in_flight + 1
+        learning.observe(o, S, 200, Hints(), now, sent_at=now - took, counted=True)
+    return now
+
+
+def test_a_release_whose_answers_slow_down_is_held_to_its_flight() -> None:
+    """
+    Answers that take longer than the quickest (a queue building at the origin) lower the
+    release's rate below what the origin served; quick ones again give the rate back.
+
+    Without the bound, the slow start went on growing while the answers took ten times
+    longer: a worker pool's queue filled until it timed out, and failed for good.
+    """
+    o, now = _reopened()  # served 30/s; the probe took 0.01 s
+    now = _answers(o, now, 20, 0.01, 1)
+    grown = o.pace.rate
+    assert grown is not None
+    assert grown > 30
+    now = _answers(o, now, 15, 0.1, 6)  # ten times as long, more in flight than the window
+    held = o.pace.rate
+    assert held is not None
+    assert held < 30
+    _answers(o, now, 10, 0.01, 1)  # (within SETTLE of the reopening: still released)
+    assert o.pace.rate is not None
+    assert o.pace.rate >= grown  # (the rate the slow start had reached, given back)
+
+
+def test_a_quick_origins_jitter_does_not_hold_its_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few requests in flight are never held: 1-30 ms answers are a client's own scheduling."""
+    rates = []
+    for bounded in (True, False):
+        if not bounded:
+            monkeypatch.setattr(outage, "timed", lambda *a, **k: None)
+        o, now = _reopened()
+        for i in range(60):
+            now += 1 / 30
+            o.in_flight = 3
+            took = 0.001 if i % 2 else 0.03
+            learning.observe(o, S, 200, Hints(), now, sent_at=now - took, counted=True)
+        rates.append(o.pace.rate)
+    assert rates[0] == rates[1]
+
+
+def test_no_metastable_failure_after_an_outage_of_a_worker_pool() -> None:
+    """
+    Virtual time: 4 clients offer 90 calls/s to a pool of 10 workers (100/s) whose queued
+    requests time out after 1 s, down for 2 s.
+
+    Before the release kept its flight bounded: the release's slow start filled the queue
+    (nothing but slower successes, then a second of 503s), the origin was marked down again,
+    and so on: goodput 0 for seconds at a time, 29% of calls failed, 2.4x capacity after.
+    """
+    pytest.importorskip("trio")
+    from smoothclient.tools.outages import run_outage
+
+    result = run_outage(rate=22.5, down=(1.0, 3.0), end=15.0, workers=10)
+    assert min(result.goodput(k, k + 1) for k in range(5, 15)) >= 0.9 * result.offered
+    assert result.peak_after() <= 1.25
+    assert result.failed_share <= 2 / 15  # (what sending once loses: the outage's calls)
