@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Generic, NoReturn, Protocol, TypeVar
 from ..engine.decide import ErrorKind
 from ..errors import RateLimited
 from ..hints import GENERIC, FieldAccess, wants_body
+from ..httpcache.cache import HttpCache
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import ScopeFn
@@ -298,6 +299,7 @@ class _Edge(Edge, Generic[T]):
         overrides: bool | None = None,
         sdk: bool = False,
         cost: Callable[[Any], float] | None = None,
+        cache: HttpCache | None = None,
         **policy_fields: Any,
     ) -> None:
         """Wrap ``transport`` (see the public classes for the arguments)."""
@@ -305,6 +307,11 @@ class _Edge(Edge, Generic[T]):
         if not isinstance(sdk, bool):
             msg = f"sdk must be True or False, not {sdk!r}"
             raise TypeError(msg)
+        if cache is not None and not isinstance(cache, HttpCache):
+            msg = f"cache must be an HttpCache, not {type(cache).__name__}"
+            raise TypeError(msg)
+        #: the HTTP cache in front of the retry flow (docs/http-cache.md), if any
+        self.cache = cache
         fam = self.family
         if cost is None and sdk:
             cost = _sdk_cost
@@ -423,6 +430,14 @@ class SyncEdge(_Edge[S]):
     _sync = True
 
     def handle_request(self, request: Any) -> Any:
+        """Send ``request`` through the cache (if any) and the retry flow; return the response."""
+        if self.cache is None:
+            return self._handle(request)
+        from .httpx_cached import send
+
+        return send(self, self.cache, request)
+
+    def _handle(self, request: Any) -> Any:
         """Send ``request`` through the retry flow; return the last response."""
         core, cut, priced = self._begin(request)
         send = self._attempt if cut else self._whole
@@ -490,6 +505,14 @@ class AsyncEdge(_Edge[A]):
         return _anyio_sleep
 
     async def handle_async_request(self, request: Any) -> Any:
+        """Send ``request`` through the cache (if any) and the retry flow; return the response."""
+        if self.cache is None:
+            return await self._handle(request)
+        from .httpx_cached import send_async
+
+        return await send_async(self, self.cache, request)
+
+    async def _handle(self, request: Any) -> Any:
         """Send ``request`` through the retry flow; return the last response."""
         core, cut, priced = self._begin(request)
         send = self._attempt if cut else self._whole

@@ -54,6 +54,8 @@ class SmoothTransport(SyncEdge[httpx.BaseTransport], httpx.BaseTransport):
             an estimate of each request's tokens (docs/clients.md).
         cost: a function of a request: its estimated tokens, so an LLM API's token quotas
             are paced as calls (docs/headers.md R16); the answers' usage corrects it.
+        cache: an :class:`~smoothclient.HttpCache`: fresh stored responses answer without
+            sending (nor pacing), stale ones are revalidated once (docs/http-cache.md).
         **policy_fields: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied
             over ``policy``.
     """
@@ -77,6 +79,7 @@ class AsyncSmoothTransport(AsyncEdge[httpx.AsyncBaseTransport], httpx.AsyncBaseT
             (default: only when it was given no policy or policy fields of its own).
         sdk: the client belongs to an SDK (see :class:`SmoothTransport`).
         cost: a request's estimated tokens (see :class:`SmoothTransport`).
+        cache: an :class:`~smoothclient.HttpCache` (see :class:`SmoothTransport`).
         **policy_fields: :class:`~smoothclient.RetryPolicy` fields, applied over ``policy``.
     """
 

@@ -1,0 +1,197 @@
+"""The HTTP cache on the httpx and httpx2 transports (``cache=``), sync and async alike."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+
+import smoothclient.httpx2
+from smoothclient import (
+    AsyncSmoothTransport,
+    CallEnded,
+    HttpCache,
+    Pacer,
+    RetryPolicy,
+    SmoothTransport,
+    record_of,
+)
+from smoothclient.testing import FakeClock
+
+URL = "https://api.test/items"
+#: An answer of the fake origin: (status, headers, body).
+Answer = tuple[int, dict[str, str], bytes]
+#: A client of one edge: GET ``URL`` -> (status, text, record dict).
+Get = Callable[[], tuple[int, str, dict[str, Any]]]
+
+
+def _edge(
+    lib: ModuleType, sync: bool, backend: str, origin: Callable[[Any], Answer], cache: HttpCache
+) -> tuple[Get, list[CallEnded]]:
+    """A client of the library on a transport with ``cache``, and the calls its hooks saw."""
+    ended: list[CallEnded] = []
+    policy = RetryPolicy(attempts=2, wait_initial=0.0, on_success=ended.append)
+    policy = policy.replace(on_give_up=ended.append)
+    family = smoothclient.httpx2 if lib is httpx2 else smoothclient
+
+    def answer(request: Any) -> Any:
+        status, headers, body = origin(request)
+        return lib.Response(status, headers=headers, content=body)
+
+    async def answer_async(request: Any) -> Any:
+        return answer(request)
+
+    clock = FakeClock()
+    if sync:
+        transport = family.SmoothTransport(
+            lib.MockTransport(answer), policy=policy, pacer=Pacer(), cache=cache, sleep=clock.sleep
+        )
+        client = lib.Client(transport=transport)
+
+        def get() -> tuple[int, str, dict[str, Any]]:
+            response = client.get(URL)
+            return response.status_code, response.text, response.extensions["smoothclient"]
+
+        return get, ended
+    atransport = family.AsyncSmoothTransport(
+        lib.MockTransport(answer_async),
+        policy=policy,
+        pacer=Pacer(),
+        cache=cache,
+        sleep=clock.async_sleep,
+    )
+
+    def aget() -> tuple[int, str, dict[str, Any]]:
+        async def one() -> tuple[int, str, dict[str, Any]]:
+            async with lib.AsyncClient(transport=atransport) as client:
+                response = await client.get(URL)
+                record = response.extensions["smoothclient"]
+                await anyio.sleep(0.01)  # a background revalidation runs meanwhile
+                return response.status_code, response.text, record
+
+        result: tuple[int, str, dict[str, Any]] = anyio.run(one, backend=backend)
+        return result
+
+    return aget, ended
+
+
+EDGES = [
+    pytest.param(httpx, True, "", id="httpx"),
+    pytest.param(httpx, False, "asyncio", id="httpx-asyncio"),
+    pytest.param(httpx, False, "trio", id="httpx-trio"),
+    pytest.param(httpx2, True, "", id="httpx2"),
+    pytest.param(httpx2, False, "asyncio", id="httpx2-asyncio"),
+]
+
+
+@pytest.mark.parametrize(("lib", "sync", "backend"), EDGES)
+def test_a_fresh_hit_is_not_sent_and_its_hooks_say_hit(
+    lib: ModuleType, sync: bool, backend: str
+) -> None:
+    sent: list[Any] = []
+    body = gzip.compress(b"items " * 20)
+
+    def origin(request: Any) -> Answer:
+        sent.append(request)
+        return 200, {"Cache-Control": "max-age=60", "Content-Encoding": "gzip"}, body
+
+    get, ended = _edge(lib, sync, backend, origin, HttpCache())
+    first, hit = get(), get()
+    assert len(sent) == 1  # a hit costs no request, nor pacing
+    assert first[:2] == hit[:2] == (200, "items " * 20)  # stored as sent, decoded as sent
+    assert (first[2]["cache"], hit[2]["cache"]) == ("miss", "hit")
+    assert hit[2]["attempts"] == 0
+    assert [e.record.cache for e in ended][-1] == "hit"  # the hit told the hooks too
+
+
+@pytest.mark.parametrize(("lib", "sync", "backend"), EDGES)
+def test_a_stale_entry_is_revalidated_with_its_validator(
+    lib: ModuleType, sync: bool, backend: str
+) -> None:
+    now = [1000.0]
+    sent: list[Any] = []
+
+    def origin(request: Any) -> Answer:
+        sent.append(request)
+        if request.headers.get("if-none-match") == '"v1"':
+            return 304, {"ETag": '"v1"', "Cache-Control": "max-age=10"}, b""
+        return 200, {"ETag": '"v1"', "Cache-Control": "max-age=10"}, b"body"
+
+    get, _ = _edge(lib, sync, backend, origin, HttpCache(clock=lambda: now[0]))
+    assert get()[:2] == (200, "body")
+    now[0] += 60  # long past its freshness (and any early refresh point)
+    status, text, record = get()
+    assert (status, text, record["cache"]) == (200, "body", "revalidated")
+    assert sent[-1].headers["if-none-match"] == '"v1"'
+    assert len(sent) == 2
+
+
+@pytest.mark.parametrize(("lib", "sync", "backend"), EDGES)
+def test_a_failing_origin_is_answered_from_a_stale_entry_when_allowed(
+    lib: ModuleType, sync: bool, backend: str
+) -> None:
+    now = [1000.0]
+    down = [False]
+
+    def origin(request: Any) -> Answer:
+        if down[0]:
+            return 503, {}, b"down"
+        return 200, {"Cache-Control": "max-age=10, stale-if-error=600"}, b"kept"
+
+    get, _ = _edge(lib, sync, backend, origin, HttpCache(clock=lambda: now[0]))
+    get()
+    now[0] += 60
+    down[0] = True
+    status, text, record = get()
+    assert (status, text, record["cache"]) == (200, "kept", "stale")
+
+
+@pytest.mark.parametrize(("lib", "sync", "backend"), EDGES)
+def test_stale_while_revalidate_answers_at_once_and_refreshes_behind(
+    lib: ModuleType, sync: bool, backend: str
+) -> None:
+    now = [1000.0]
+    version = [1]
+
+    def origin(request: Any) -> Answer:
+        return 200, {"Cache-Control": "max-age=10, stale-while-revalidate=600"}, b"v%d" % version[0]
+
+    cache = HttpCache(clock=lambda: now[0])
+    get, _ = _edge(lib, sync, backend, origin, cache)
+    assert get()[1] == "v1"
+    now[0] += 60
+    version[0] = 2
+    status, text, record = get()
+    assert (status, text, record["cache"]) == (200, "v1", "stale")  # at once, the stored copy
+    for _ in range(100):  # the background revalidation stores v2 (a thread or a task)
+        entry = cache.get("GET " + URL)
+        if entry is not None and entry.body == b"v2":
+            break
+        anyio.run(anyio.sleep, 0.01)
+    assert get()[1] == "v2"
+
+
+def test_cache_must_be_an_http_cache() -> None:
+    with pytest.raises(TypeError, match="cache must be an HttpCache"):
+        SmoothTransport(cache={})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cache must be an HttpCache"):
+        AsyncSmoothTransport(cache="memory://")  # type: ignore[arg-type]
+
+
+def test_record_of_reads_a_hit_typed() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"Cache-Control": "max-age=60"}, content=b"x")
+
+    transport = SmoothTransport(httpx.MockTransport(answer), cache=HttpCache())
+    with httpx.Client(transport=transport) as client:
+        client.get(URL)
+        record = record_of(client.get(URL))
+    assert record is not None
+    assert record.cache == "hit"
+    assert record.attempts == 0
