@@ -78,9 +78,11 @@ def _store(
     """The store ``storage`` names, and the clock it keeps time by."""
     if storage is None or storage == "memory://":
         return MemoryStore(settings, max_keys=max_keys, max_scoped=max_scoped), time.monotonic
-    if isinstance(storage, str) and not storage.startswith(("redis://", "rediss://", "unix://")):
+    shared = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+    if isinstance(storage, str) and not storage.startswith(shared):
         msg = (
-            f"storage must be 'memory://' or a redis://, rediss:// or unix:// URL, not {storage!r}"
+            "storage must be 'memory://' or a redis://, rediss://, unix:// or redis+cluster:// "
+            f"URL, not {storage!r}"
         )
         raise ValueError(msg)
     from .redis.store import RedisStore, connect  # only for a shared storage
@@ -111,7 +113,9 @@ class Pacer:
         max_scopes: scopes remembered per origin (each keeps a state like an origin's).
         storage: where the state lives: ``"memory://"`` (this process, the default), or a
             ``redis://``, ``rediss://`` or ``unix://`` URL, or a ``redis.Redis`` or
-            ``redis.asyncio.Redis`` client, for a fleet that paces as one
+            ``redis.asyncio.Redis`` client, or a Redis Cluster's
+            (``redis+cluster://host:port,host:port``, a ``redis.cluster.RedisCluster`` or its
+            asyncio twin), for a fleet that paces as one
             (:mod:`smoothclient.pacing.redis`; needs the ``redis`` extra).  A Redis that
             fails is never waited on beyond ``storage_timeout``: the pacer goes on from this
             process's memory.

