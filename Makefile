@@ -49,9 +49,11 @@ pytest: $(STAMP)
 	$(BIN)/python -m pytest --cov=smoothclient --cov-report=term:skip-covered \
 		--cov-fail-under=$(COVERAGE_FLOOR)
 
-# the transport's bounds under random server answers, far longer than make test runs them
+# the transport's bounds under random server answers, and the Redis store's under random
+# contents of its keys (a tenth as many: each takes round trips), far longer than make test
 fuzz: $(STAMP)
-	SMOOTHCLIENT_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/edges/test_fuzz.py
+	SMOOTHCLIENT_FUZZ_EXAMPLES=20000 $(BIN)/python -m pytest -q tests/edges/test_fuzz.py \
+		tests/e2e/test_store_fuzz.py
 
 bench: $(STAMP)
 	$(PIP) install -q -e '.[dev,all,bench]'

@@ -140,7 +140,7 @@ class RedisTracker:
     def _adopt(self, version: int, text: Any, cohort: Any, now: float) -> None:
         """Take what the key holds as the copy (caller holds ``lock``)."""
         self.version = int(version)
-        self.text = text.decode() if isinstance(text, bytes) else str(text or "")
+        self.text = text.decode(errors="replace") if isinstance(text, bytes) else str(text or "")
         fresh = load(self.text) if self.text else OriginState()
         self.state = clamped(fresh, now, self.settings.max_gate)
         self.epoch += 1
