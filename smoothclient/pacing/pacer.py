@@ -72,17 +72,30 @@ class PacerLike(Protocol):
         """The tracker of an origin if it has state; cheap."""
 
 
+#: The URL schemes of a shared storage: Redis, a Redis Cluster, a master Redis Sentinel names.
+_SHARED = frozenset(
+    {
+        "redis",
+        "rediss",
+        "unix",
+        "redis+cluster",
+        "rediss+cluster",
+        "redis+sentinel",
+        "rediss+sentinel",
+    }
+)
+
+
 def _store(
     storage: object, settings: Settings, *, max_keys: int, max_scoped: int, timeout: float
 ) -> tuple[Store, Callable[[], float]]:
     """The store ``storage`` names, and the clock it keeps time by."""
     if storage is None or storage == "memory://":
         return MemoryStore(settings, max_keys=max_keys, max_scoped=max_scoped), time.monotonic
-    shared = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
-    if isinstance(storage, str) and not storage.startswith(shared):
+    if isinstance(storage, str) and storage.partition("://")[0] not in _SHARED:
         msg = (
-            "storage must be 'memory://' or a redis://, rediss://, unix:// or redis+cluster:// "
-            f"URL, not {storage!r}"
+            "storage must be 'memory://' or a redis://, rediss://, unix://, redis+cluster:// "
+            f"or redis+sentinel:// URL, not {storage!r}"
         )
         raise ValueError(msg)
     from .redis.store import RedisStore, connect  # only for a shared storage
@@ -115,7 +128,8 @@ class Pacer:
             ``redis://``, ``rediss://`` or ``unix://`` URL, or a ``redis.Redis`` or
             ``redis.asyncio.Redis`` client, or a Redis Cluster's
             (``redis+cluster://host:port,host:port``, a ``redis.cluster.RedisCluster`` or its
-            asyncio twin), for a fleet that paces as one
+            asyncio twin), or a master Redis Sentinel names
+            (``redis+sentinel://host:port/service``), for a fleet that paces as one
             (:mod:`smoothclient.pacing.redis`; needs the ``redis`` extra).  A Redis that
             fails is never waited on beyond ``storage_timeout``: the pacer goes on from this
             process's memory.

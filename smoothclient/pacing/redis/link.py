@@ -7,7 +7,9 @@ The connection to Redis of the shared store (:mod:`.store`): clients, scripts, h
   ready ``redis.Redis`` serves sync steps as it is; a ready ``redis.asyncio.Redis`` serves
   its own loop as it is, and sync steps get a client made from its connection settings.
   A Redis Cluster alike: a ``redis+cluster://host:port,host:port`` URL (the ``limits``
-  library's), or a ready ``redis.cluster.RedisCluster`` or its asyncio twin.
+  library's), or a ready ``redis.cluster.RedisCluster`` or its asyncio twin.  A master that
+  Redis Sentinel names: ``redis+sentinel://host:port/service``, or a client from
+  ``Sentinel.master_for`` (each loop's asyncio client asks the same Sentinels).
 - **Scripts** touch one key each (so one hash slot of a cluster): ``EVALSHA``, and ``EVAL``
   when the node has not the script yet (both routed by the key to the node owning its slot;
   ``SCRIPT LOAD`` would go to every master, and fail with any one of them down).
@@ -36,7 +38,16 @@ from typing import Any, TypeVar
 
 from ..store import Trip, on_asyncio
 
-__all__ = ["CLOCK_READINGS", "CLUSTER_SCHEMES", "TIMEOUT", "Link", "LoopClients", "connect"]
+__all__ = [
+    "CLOCK_READINGS",
+    "CLUSTER_SCHEMES",
+    "SENTINEL_SCHEMES",
+    "TIMEOUT",
+    "Link",
+    "LoopClients",
+    "connect",
+    "parse_nodes_url",
+]
 
 log = logging.getLogger("smoothclient.pacing")
 T = TypeVar("T")
@@ -53,6 +64,9 @@ QUIET_WARNINGS = 10.0
 #: The URL schemes of a Redis Cluster (the ``limits`` library's): ``host:port`` of some nodes,
 #: comma-separated, e.g. ``redis+cluster://10.0.0.1:7000,10.0.0.2:7000``.
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+#: The URL schemes of a master found by Redis Sentinel (the ``limits`` library's): ``host:port``
+#: of some Sentinels, then the service, e.g. ``redis+sentinel://10.0.0.1:26379/mymaster``.
+SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
 #: The longest pause before Redis is asked again after failed probes (seconds; jittered).
 MAX_PAUSE = 10.0
 
@@ -103,7 +117,12 @@ class _Down(Exception):
 
 
 def _no_script(exc: BaseException) -> bool:
-    return any(cls.__name__ == "NoScriptError" for cls in type(exc).__mro__)
+    return _named(exc, frozenset({"NoScriptError"}))
+
+
+def _named(exc: BaseException, names: frozenset[str]) -> bool:
+    """Whether ``exc`` is of a class named in ``names`` (redis-py's, imported only if used)."""
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
 
 
 class _Script:
@@ -118,12 +137,50 @@ class _Script:
         self.sha = hashlib.sha1(text.encode()).hexdigest()  # how Redis names a script
 
     def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        return self.run(self.client, keys, args)
+
+    def run(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
+        """The script's reply from ``client``."""
         try:
-            return self.client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
         except Exception as exc:
             if not _no_script(exc):
                 raise
-            return self.client.eval(self.text, len(keys), *keys, *args)
+            return client.eval(self.text, len(keys), *keys, *args)
+
+
+class _ClusterScript(_Script):
+    """
+    One script on a sync ``RedisCluster``: sent straight to the master of its key's slot.
+
+    redis-py's cluster client, told ``CLUSTERDOWN``, sleeps 0.25 s before it raises: a sync
+    step waited five times the store's timeout.  Here the node's own client answers at once.
+    A redirection (a slot moved) goes through the cluster client, which follows it and mends
+    its table of slots; after a node failed, the table is read again before the next try.
+    """
+
+    stale = False
+
+    def __call__(self, keys: list[Any], args: list[Any]) -> Any:
+        cluster = self.client
+        if self.stale:
+            cluster.nodes_manager.initialize()
+            self.stale = False
+        try:
+            node = cluster.get_node_from_key(keys[0]).redis_connection
+        except Exception:  # a slot no master serves (a table read while one was away)
+            self.stale = True
+            raise
+        if node is None:  # pragma: no cover - redis-py makes every node's client with its table
+            return self.run(cluster, keys, args)
+        try:
+            return self.run(node, keys, args)
+        except Exception as exc:
+            if _named(exc, _MOVED):
+                return self.run(cluster, keys, args)
+            if _named(exc, _LOST):
+                self.stale = True
+            raise
 
 
 class _AsyncScript(_Script):
@@ -177,6 +234,9 @@ def _portable(pool: Any, timeout: float) -> tuple[str, dict[str, Any]]:
 
 def _async_like(client: Any, timeout: float) -> Any:
     """A new ``redis.asyncio`` client to where the sync ``client`` connects (never retrying)."""
+    sentinel = _sentinel_of(client.connection_pool)
+    if sentinel is not None:  # the master Sentinel names, not an address of the pool's
+        return _sentinel_master(*sentinel, max(1.0, 10 * timeout), aio=True)
     import redis.asyncio
     import redis.asyncio.connection
     from redis.asyncio.retry import Retry
@@ -201,6 +261,9 @@ def _async_like(client: Any, timeout: float) -> Any:
 
 def _sync_like(client: Any, timeout: float) -> Any:
     """A new sync ``redis.Redis`` client to where the asyncio ``client`` connects."""
+    sentinel = _sentinel_of(client.connection_pool)
+    if sentinel is not None:
+        return _sentinel_master(*sentinel, timeout, aio=False)
     import redis
     import redis.connection
     from redis.backoff import NoBackoff
@@ -212,6 +275,11 @@ def _sync_like(client: Any, timeout: float) -> Any:
     client = redis.Redis(connection_pool=pool)
     client.auto_close_connection_pool = True  # its pool is its own: closed with it
     return client
+
+
+def _is_cluster(client: Any) -> bool:
+    """Whether ``client`` is a sync ``RedisCluster`` (or one made when first used)."""
+    return isinstance(client, _Lazy) or type(client).__name__ == "RedisCluster"
 
 
 def _cluster_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -238,6 +306,7 @@ def _sync_cluster(nodes: list[tuple[str, int]], kwargs: dict[str, Any], timeout:
     return RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in nodes],  # type: ignore[no-untyped-call]
         retry=Retry(NoBackoff(), 0),
+        require_full_coverage=False,  # a master away costs its slots' steps, not the table
         socket_timeout=timeout,
         socket_connect_timeout=timeout,
         **kwargs,
@@ -255,23 +324,25 @@ def _async_cluster(nodes: list[tuple[str, int]], kwargs: dict[str, Any], timeout
     return RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in nodes],
         retry=Retry(NoBackoff(), 0),
+        require_full_coverage=False,
         socket_timeout=bound,
         socket_connect_timeout=bound,
         **kwargs,
     )
 
 
-def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+def parse_nodes_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any], str]:
     """
-    The nodes and connection settings of a ``redis+cluster://`` (or ``rediss+cluster://``) URL.
+    The nodes, connection settings and path of a ``redis+cluster://`` or ``redis+sentinel://``.
 
-    ``redis+cluster://[[user]:password@]host:port[,host:port...]``: the ``limits`` library's
-    form; ``rediss+`` connects with TLS.  ``ValueError`` for a node without a port number.
+    ``redis+cluster://[[user]:password@]host:port[,host:port...]``, and
+    ``redis+sentinel://[[user]:password@]host:port[,host:port...]/service``: the ``limits``
+    library's forms; ``rediss+`` connects with TLS.  ``ValueError`` for a node without a port.
     """
     from urllib.parse import unquote
 
     scheme, _, rest = url.partition("://")
-    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    netloc, _, path = rest.split("?", 1)[0].partition("/")
     userinfo, _, hosts = netloc.rpartition("@")
     kwargs: dict[str, Any] = {}
     if userinfo:
@@ -286,13 +357,47 @@ def parse_cluster_url(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
     for node in filter(None, hosts.split(",")):
         host, _, port = node.rpartition(":")
         if not host or not port.isdigit():
-            msg = f"a Redis Cluster URL names its nodes as host:port, not {node!r} in {url!r}"
+            msg = f"a {scheme}:// URL names its nodes as host:port, not {node!r} in {url!r}"
             raise ValueError(msg)
         nodes.append((host.strip("[]"), int(port)))
     if not nodes:
-        msg = f"a Redis Cluster URL names at least one node (host:port), not {url!r}"
+        msg = f"a {scheme}:// URL names at least one node (host:port), not {url!r}"
         raise ValueError(msg)
-    return nodes, kwargs
+    return nodes, kwargs, unquote(path.strip("/"))
+
+
+def _sentinel_master(
+    nodes: list[tuple[str, int]], service: str, kwargs: dict[str, Any], bound: float, aio: bool
+) -> Any:
+    """A client of the master that the Sentinels at ``nodes`` name for ``service``."""
+    from redis.backoff import NoBackoff
+
+    if aio:
+        from redis.asyncio.retry import Retry
+        from redis.asyncio.sentinel import Sentinel
+    else:
+        from redis.retry import Retry  # type: ignore[assignment]
+        from redis.sentinel import Sentinel  # type: ignore[assignment]
+    timeouts: dict[str, Any] = {"socket_timeout": bound, "socket_connect_timeout": bound}
+    sentinels = Sentinel(nodes, sentinel_kwargs=dict(timeouts))  # type: ignore[no-untyped-call]
+    return sentinels.master_for(service, retry=Retry(NoBackoff(), 0), **timeouts, **kwargs)
+
+
+def _sentinel_of(pool: Any) -> tuple[list[tuple[str, int]], str, dict[str, Any]] | None:
+    """The Sentinels, service and settings behind a client's pool, if Sentinel manages it."""
+    manager = getattr(pool, "sentinel_manager", None)
+    if manager is None:
+        return None
+    nodes = []
+    for sentinel in manager.sentinels:
+        given = sentinel.connection_pool.connection_kwargs
+        nodes.append((given["host"], int(given["port"])))
+    settings = {
+        k: v
+        for k, v in pool.connection_kwargs.items()
+        if k in ("username", "password", "db", "client_name") or k.startswith("ssl_")
+    }
+    return nodes, pool.service_name, settings
 
 
 async def _closing(client: Any, gone: Callable[[], object]) -> AsyncIterator[None]:
@@ -305,6 +410,9 @@ async def _closing(client: Any, gone: Callable[[], object]) -> AsyncIterator[Non
             await client.aclose()
         else:
             await client.aclose(close_connection_pool=True)
+            manager = getattr(client.connection_pool, "sentinel_manager", None)
+            for watching in getattr(manager, "sentinels", ()):  # the Sentinels it asked
+                await watching.aclose()
 
 
 async def _within(awaitable: Awaitable[T], timeout: float) -> T:
@@ -434,8 +542,9 @@ class Link:
         self.loops = loops or LoopClients(functools.partial(_async_like, client, timeout))
         self.timeout = timeout
         self.rng = rng or random.Random()
-        self.save = _Script(client, _SAVE)
-        self.read = _Script(client, _READ)
+        script = _ClusterScript if _is_cluster(client) else _Script
+        self.save = script(client, _SAVE)
+        self.read = script(client, _READ)
         self.down_until = -math.inf
         self.failures = 0
         self.down_since: float | None = None
@@ -613,6 +722,10 @@ class Link:
             log.debug("Redis is back after %.1f s", now - since)
 
 
+#: A cluster's node says a key's slot is served elsewhere (moved, or moving).
+_MOVED = frozenset({"MovedError", "AskError"})
+#: A node did not answer: the cluster's table of slots may be out of date.
+_LOST = frozenset({"ConnectionError", "TimeoutError"})
 #: Errors that say Redis is there but busy, or that one key is in trouble: not an outage.
 _BUSY = frozenset({"MaxConnectionsError", "ResponseError", "NoScriptError", "WatchError"})
 #: Replies of Redis that say it is down all the same: a cluster that lost a master.
@@ -627,10 +740,9 @@ def busy(exc: BaseException) -> bool:
     outage, the fleet paced from memory and sent twenty times the 429s.  A reply of Redis
     about a key (a key of another type) said Redis was up, and paused every origin.
     """
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & _DOWN:
+    if _named(exc, _DOWN):
         return False
-    if names & _BUSY:
+    if _named(exc, _BUSY):
         return True
     return "No connection available" in str(exc)  # a blocking pool's wait ran out
 
@@ -646,7 +758,7 @@ def _connect_cluster(storage: Any, timeout: float) -> tuple[Any, LoopClients]:
     from redis.cluster import RedisCluster
 
     if isinstance(storage, str):
-        nodes, kwargs = parse_cluster_url(storage)
+        nodes, kwargs, _ = parse_nodes_url(storage)
     else:
         nodes, kwargs = _cluster_nodes(storage), _cluster_kwargs(storage.get_connection_kwargs())
     make = functools.partial(_async_cluster, nodes, kwargs, timeout)
@@ -665,7 +777,9 @@ def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients
     on the first loop that runs a step; sync steps, other loops and the clock get clients to
     the same server, made from its connection settings: host, port or path, db, credentials,
     TLS files).  A Redis Cluster alike: a ``redis+cluster://`` URL (:data:`CLUSTER_SCHEMES`),
-    a ready ``redis.cluster.RedisCluster`` or ``redis.asyncio.cluster.RedisCluster``.  Every
+    a ready ``redis.cluster.RedisCluster`` or ``redis.asyncio.cluster.RedisCluster``.  Redis
+    Sentinel: a ``redis+sentinel://`` URL (:data:`SENTINEL_SCHEMES`), or a client from
+    ``Sentinel.master_for`` (sync or asyncio).  Every
     call of a client made here is bounded by ``timeout`` and never retried inside redis-py:
     the store decides what a failure means (fall back, back off).
     """
@@ -684,7 +798,15 @@ def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients
     if cluster or isinstance(storage, RedisCluster | AsyncCluster):
         return _connect_cluster(storage, timeout)
     given = None
-    if isinstance(storage, str):
+    if isinstance(storage, str) and storage.startswith(SENTINEL_SCHEMES):
+        nodes, kwargs, service = parse_nodes_url(storage)
+        if not service:
+            msg = (
+                f"a redis+sentinel:// URL names its service after the nodes: /name, not {storage!r}"
+            )
+            raise ValueError(msg)
+        client = _sentinel_master(nodes, service, kwargs, timeout, aio=False)
+    elif isinstance(storage, str):
         client = redis.Redis.from_url(
             storage,
             socket_timeout=timeout,
@@ -697,9 +819,9 @@ def connect(storage: object, timeout: float = TIMEOUT) -> tuple[Any, LoopClients
         client, given = _sync_like(storage, timeout), storage
     else:
         msg = (
-            "storage must be 'memory://', a redis://, rediss://, unix:// or redis+cluster:// "
-            "URL, or a redis.cluster.RedisCluster (or its asyncio twin), redis.Redis or "
-            f"redis.asyncio.Redis client, not {type(storage).__name__}"
+            "storage must be 'memory://', a redis://, rediss://, unix://, redis+cluster:// or "
+            "redis+sentinel:// URL, or a redis.cluster.RedisCluster (or its asyncio twin), "
+            f"redis.Redis or redis.asyncio.Redis client, not {type(storage).__name__}"
         )
         raise TypeError(msg)
     return client, LoopClients(functools.partial(_async_like, client, timeout), given)
