@@ -171,10 +171,19 @@ class Unavailable(Exception):
         self.retry_after = retry_after
 
 
+#: In a smoothclient process: why its calls gave up (telemetry.give_up_of), by reason.
+GAVE_UP: dict[str, int] = {}
+
+
 def _smooth_policy() -> Any:
     import smoothclient
+    from smoothclient.telemetry import give_up_of
 
-    return smoothclient.RetryPolicy(attempts=ATTEMPTS, timeout=DEADLINE)
+    def gave_up(ended: Any) -> None:
+        why = give_up_of(ended) or "status"
+        GAVE_UP[why] = GAVE_UP.get(why, 0) + 1
+
+    return smoothclient.RetryPolicy(attempts=ATTEMPTS, timeout=DEADLINE, on_give_up=gave_up)
 
 
 def _httpx_client(name: str, redis_url: str | None) -> Any:
@@ -317,6 +326,7 @@ def child(spec: dict[str, Any]) -> None:
         call()  # connections, lazy imports
     except Exception as exc:
         print(f"warm-up failed: {exc!r}", file=sys.stderr, flush=True)
+    GAVE_UP.clear()
     print("READY", flush=True)
     t0 = float(sys.stdin.readline().split()[1])
     connects.clear()
@@ -351,7 +361,8 @@ def child(spec: dict[str, Any]) -> None:
         for at, d in zip(schedule, done, strict=True)
     ]
     refused = [round(at - t0, 4) for at, ok in list(connects) if not ok]
-    print("RESULT " + json.dumps({"calls": calls, "refused": refused}), flush=True)
+    result = {"calls": calls, "refused": refused, "gave_up": GAVE_UP}
+    print("RESULT " + json.dumps(result), flush=True)
     os._exit(0)  # threads still running (unfinished calls) are dropped
 
 
@@ -433,7 +444,17 @@ def measure(
         goodput_end=_count(served, sc.duration - 3, sc.duration) / 3,
         offered=offered,
         max_lag=max(lags, default=0.0),
+        extra={"gave_up": _gave_up(results)},
     )
+
+
+def _gave_up(results: list[dict[str, Any]]) -> dict[str, int]:
+    """Why smoothclient's calls gave up, over the fleet (empty for the other clients)."""
+    total: dict[str, int] = {}
+    for r in results:
+        for why, n in r.get("gave_up", {}).items():
+            total[why] = total.get(why, 0) + n
+    return dict(sorted(total.items()))
 
 
 def _read_line(proc: subprocess.Popen[str], prefix: str, what: str) -> str:
@@ -587,7 +608,8 @@ def _progress(r: Run) -> None:
         f"  {r.scenario} / {r.client} #{r.rep + 1}: load {r.load:.2f}x, peak "
         f"{r.peak100:.2f}x/{r.peak1s:.2f}x, recovery {rec}, sent/call {r.sent_per_call:.2f}, "
         f"failed {r.failed}/{r.calls} ({r.unfinished} unfinished), late {r.late}, goodput "
-        f"{r.goodput_window:.1f}/{r.goodput_end:.1f}, max start lag {r.max_lag * 1000:.0f} ms",
+        f"{r.goodput_window:.1f}/{r.goodput_end:.1f}, max start lag {r.max_lag * 1000:.0f} ms"
+        + (f", gave up: {r.extra['gave_up']}" if r.extra.get("gave_up") else ""),
         file=sys.stderr,
         flush=True,
     )
