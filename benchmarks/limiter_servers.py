@@ -62,6 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from smoothclient.tools.debian import Unavailable
+from smoothclient.tools.debian import ensure_haproxy as _ensure_haproxy
+from smoothclient.tools.debian import ensure_nginx as _ensure_nginx
 from smoothclient.tools.server import LimitedServer
 
 __all__ = [
@@ -193,62 +196,12 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 # ---------------------------------------------------------------- nginx
 
 
-_NGINX_CHECKED: str | None = None
-
-
 def ensure_nginx() -> str:
-    """
-    The path of an ``nginx`` binary: the system one, or installed from Debian when root.
-
-    Installing runs ``apt-get update`` once, then ``apt-get install -y`` of whichever of
-    ``nginx-light`` / ``nginx`` apt has a candidate for (Debian 12 has both: ``nginx-light`` is
-    ``nginx`` plus the echo module).  The image's ``policy-rc.d`` (if any) keeps the packaged
-    service from starting; we never use it: every server here is our own child process.
-    """
-    global _NGINX_CHECKED
-    if _NGINX_CHECKED:
-        return _NGINX_CHECKED
-    found = shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None
-    )
-    if found is None:
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            msg = "nginx is not installed (apt-get install nginx-light) and we cannot install it"
-            raise Skip(msg)
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-
-        def apt(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                list(argv),
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                check=False,
-                timeout=timeout,
-            )
-
-        apt("apt-get", "update", timeout=300)
-        package = current = None
-        for line in apt(
-            "apt-cache", "policy", "nginx-light", "nginx", timeout=60
-        ).stdout.splitlines():
-            if line and not line.startswith(" "):
-                current = line.rstrip(":")
-            elif "Candidate:" in line and "(none)" not in line and package is None:
-                package = current
-        if package is None:
-            msg = "apt has no candidate for nginx-light or nginx"
-            raise Skip(msg)
-        done = apt("apt-get", "install", "-y", "--no-install-recommends", package, timeout=600)
-        found = shutil.which("nginx") or (
-            "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
-        )
-        if done.returncode != 0 or found is None:
-            msg = f"apt-get install {package} failed: {done.stdout[-500:]}"
-            raise Skip(msg)
-    _NGINX_CHECKED = found
-    return found
+    """The ``nginx`` binary (smoothclient.tools.nginx: the system's, else Debian's); or Skip."""
+    try:
+        return _ensure_nginx()
+    except Unavailable as exc:
+        raise Skip(str(exc)) from exc
 
 
 _NGINX_CONF = """\
@@ -500,35 +453,11 @@ frontend bench
 
 
 def ensure_haproxy() -> str:
-    """The path of ``haproxy``: the system's, or Debian's package installed when root."""
-    found = shutil.which("haproxy") or (
-        "/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None
-    )
-    if found is not None:
-        return found
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        msg = "haproxy is not installed (apt-get install haproxy) and we cannot install it"
-        raise Skip(msg)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv, timeout in (
-        (["apt-get", "update"], 300),
-        (["apt-get", "install", "-y", "--no-install-recommends", "haproxy"], 600),
-    ):
-        subprocess.run(
-            argv,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-            timeout=timeout,
-        )
-    found = shutil.which("haproxy") or (
-        "/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None
-    )
-    if found is None:
-        msg = "apt-get install haproxy failed"
-        raise Skip(msg)
-    return found
+    """The ``haproxy`` binary (the system's, else Debian's); or Skip."""
+    try:
+        return _ensure_haproxy()
+    except Unavailable as exc:
+        raise Skip(str(exc)) from exc
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ import requests
 from smoothclient import HttpCache, SmoothAdapter, record_of
 from smoothclient.httpcache.lookup import Fetch
 from smoothclient.testing import FakeClock
+from smoothclient.tools.debian import Unavailable, ensure_nginx
 from smoothclient.tools.redis_server import RedisServer, binary
 
 pytestmark = pytest.mark.e2e
@@ -59,12 +60,6 @@ http {{
 """
 
 
-def _nginx_binary() -> str | None:
-    return shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None
-    )
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -89,9 +84,10 @@ class Nginx:
 
 @pytest.fixture(scope="module")
 def nginx() -> Iterator[Nginx]:
-    found = _nginx_binary()
-    if found is None:
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    try:  # the system's, else installed from Debian (as root): no manual step
+        found = ensure_nginx()
+    except Unavailable as exc:
+        pytest.skip(str(exc))
     tmp = Path(tempfile.mkdtemp(prefix="smoothclient-nginx-"))
     www = tmp / "www"
     for folder in ("fresh", "nocache", "nostore", "swr", "heuristic"):
