@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -167,14 +168,23 @@ def _load(
     return value
 
 
-def _lazy_name(
-    package: str, name: str, names: dict[str, str], extra: str | None, into: dict[str, Any]
-) -> Any:
-    """A subpackage's lazy name: ``name`` from ``package.names[name]`` (see :func:`_load`)."""
-    if name not in names:
-        msg = f"module {package!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    return _load(package, name, names[name], extra, into)
+def _namespace(
+    package: str, names: dict[str, str], into: dict[str, Any], extras: dict[str, str] | None = None
+) -> Callable[[str], Any]:
+    """
+    A subpackage's module ``__getattr__``: ``name`` from ``package.names[name]``, loaded once.
+
+    ``extras``: the extra a module of the subpackage needs (``{"prometheus": "prometheus"}``).
+    """
+
+    def lookup(name: str) -> Any:
+        if name not in names:
+            msg = f"module {package!r} has no attribute {name!r}"
+            raise AttributeError(msg)
+        module = names[name]
+        return _load(package, name, module, (extras or {}).get(module), into)
+
+    return lookup
 
 
 def _missing_extra(exc: ModuleNotFoundError, extra: str, what: str) -> ImportError:

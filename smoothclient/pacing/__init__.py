@@ -10,7 +10,9 @@ Pacing: per-origin state that keeps clients ahead of the server's limits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .. import _namespace
 
 if TYPE_CHECKING:
     from .pacer import Pacer
@@ -28,7 +30,4 @@ NAMES: dict[str, str] = {
 __all__ = ["GITHUB_SCOPES", "Pacer", "ScopeRequest", "ScopeRule", "ScopeRules"]
 
 
-def __getattr__(name: str) -> Any:
-    from .. import _lazy_name
-
-    return _lazy_name(__name__, name, NAMES, None, globals())
+__getattr__ = _namespace(__name__, NAMES, globals())

@@ -8,7 +8,9 @@ windows (:mod:`.poisson`) and the scheduler-reconciler (:mod:`.reconciler`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .. import _namespace
 
 if TYPE_CHECKING:
     from .jittered import jittered
@@ -46,7 +48,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    from .. import _lazy_name
-
-    return _lazy_name(__name__, name, NAMES, None, globals())
+__getattr__ = _namespace(__name__, NAMES, globals())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .. import _namespace
 from ..events import CallEnded, RetryEvent
 from ..policy import DEFAULT_POLICY, RetryPolicy
 
@@ -30,15 +31,7 @@ __all__ = [
 ]
 #: The adapters, each loaded on first use (each needs its extra).
 NAMES: dict[str, str] = {"OpenTelemetryHooks": "otel", "PrometheusHooks": "prometheus"}
-_EXTRAS = {"otel": "otel", "prometheus": "prometheus"}
-
-
-def __getattr__(name: str) -> Any:
-    from .. import _lazy_name
-
-    module = NAMES.get(name)
-    return _lazy_name(__name__, name, NAMES, _EXTRAS.get(module or ""), globals())
-
+__getattr__ = _namespace(__name__, NAMES, globals(), {"otel": "otel", "prometheus": "prometheus"})
 
 E = TypeVar("E")
 
