@@ -269,4 +269,13 @@ def timed(o: OriginState, s: Settings, now: float, sent_at: float | None, *, ok:
         # the controller grew it past what the bound last held back, or may have cut it (a
         # failure): its rate stands
         o.unbounded = rate
-    o.pace.rate = min(o.unbounded, bound)
+    from .state import HORIZON  # (here: that module imports this one)
+
+    pace = o.pace
+    old = pace.interval
+    pace.rate = min(o.unbounded, bound)
+    if old > pace.interval and old > 2 * HORIZON and pace.tat > now:
+        # given back: the slot owed at the old spacing comes sooner too (as the controller's
+        # raise moves it: a stalled answer dropped the rate to the floor, and the slot then
+        # taken held the rest two seconds); one fixed for a waiting request is never that far
+        pace.tat -= old - pace.interval

@@ -271,3 +271,21 @@ def test_no_metastable_failure_after_an_outage_of_a_worker_pool() -> None:
     assert min(result.goodput(k, k + 1) for k in range(5, 15)) >= 0.9 * result.offered
     assert result.peak_after() <= 1.25
     assert result.failed_share <= 2 / 15  # (what sending once loses: the outage's calls)
+
+
+def test_a_rate_the_bound_gives_back_moves_the_slot_owed_with_it() -> None:
+    """
+    One slow answer with many in flight drops the release to the floor; the slot then taken
+    is owed at the floor's spacing.  Quick answers give the rate back, and that slot with it:
+    left two seconds out, it held the process's whole backlog for them.
+    """
+    o, now = _reopened()
+    now = _answers(o, now, 5, 0.01, 1)
+    now = _answers(o, now, 1, 1.0, 30)  # a stall: a second, thirty in flight
+    assert o.pace.rate == S.learned_floor
+    assert acquire(o, S, now, now, None).delay == 0.0  # a slot at the floor's spacing
+    o.waiting, o.in_flight = 0, 1
+    now = _answers(o, now, 3, 0.01, 0)
+    answer = acquire(o, S, now, now, None)
+    assert answer.final
+    assert answer.delay < 0.5
