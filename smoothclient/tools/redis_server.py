@@ -9,6 +9,7 @@ dependency): no manual step on a fresh machine.  Nothing is saved to disk.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -56,18 +57,44 @@ def sentinel(master: RedisServer, service: str = "mymaster") -> RedisServer:
     return RedisServer(extra=["--sentinel"], conf=monitor)
 
 
+#: Ports this process gave a cluster node or its bus already.
+_CLAIMED: set[int] = set()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _cluster_port() -> int:
-    """A free port whose cluster bus port (10000 above) is free too, as a node needs."""
-    while True:
-        port = _free_port()
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
+    """
+    A free port whose cluster bus port (10000 above) is free too, as a node needs.
+
+    Below the range the system gives outgoing connections, where it can be (a bus port
+    among those was taken by a client's socket before the node started), and never one this
+    process gave already.
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
+            ephemeral = int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    rng = random.Random()
+    for _ in range(1000):
+        if ephemeral - 10000 > 12000:
+            port = rng.randrange(12000, ephemeral - 10000)
+        else:
+            port = _free_port()
+        pair = {port, port + 10000}
+        if port + 10000 <= 65535 and not pair & _CLAIMED and all(map(_bindable, pair)):
+            _CLAIMED.update(pair)
+            return port
+    msg = "no free pair of ports for a cluster node"
+    raise OSError(msg)
 
 
 class RedisServer:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import itertools
 import logging
 import math
+import os
 import pickle
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +35,6 @@ from smoothclient.tools.server import LimitedServer
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.usefixtures("redis_py_leaks"),
     pytest.mark.skipif(binary() is None or cli() is None, reason="no redis-server or redis-cli"),
 ]
 redis = pytest.importorskip("redis")
@@ -43,22 +45,50 @@ from redis.cluster import RedisCluster as ClusterClient  # noqa: E402
 ROLES = ("shared", "sync herd", "async herd")
 
 
-@pytest.fixture(scope="module")
-def clusters() -> Iterator[dict[str, RedisCluster]]:
+def _formed(role: str) -> RedisCluster:
+    """A cluster started for ``role`` (tried twice: ports are taken by others now and then)."""
     # a master killed is failed by the others within half a second: the cluster says
     # CLUSTERDOWN soon after (the whole cluster: each key's slot served, or none)
-    made = {role: RedisCluster(node_timeout=0.5 if "herd" in role else 1.0) for role in ROLES}
-    with concurrent.futures.ThreadPoolExecutor(len(made)) as pool:
-        started = {role: pool.submit(c.start) for role, c in made.items()}
-        errors = [f.exception() for f in started.values()]
+    for attempt in (1, 2):
+        cluster = RedisCluster(node_timeout=0.5 if "herd" in role else 1.0)
+        try:
+            return cluster.start()
+        except (OSError, RuntimeError):
+            cluster.__exit__()
+            if attempt == 2:
+                raise
+    raise AssertionError  # pragma: no cover - the loop returns or raises
+
+
+@pytest.fixture(scope="module")
+def clusters() -> Iterator[dict[str, RedisCluster]]:
+    with concurrent.futures.ThreadPoolExecutor(len(ROLES)) as pool:
+        started = {role: pool.submit(_formed, role) for role in ROLES}
+        concurrent.futures.wait(started.values())
+    made = {role: f.result() for role, f in started.items() if f.exception() is None}
     try:
-        failed = next((e for e in errors if e is not None), None)
+        failed = next((f.exception() for f in started.values() if f.exception()), None)
         if failed is not None:
             pytest.skip(f"no Redis Cluster could be formed here: {failed}")
         yield made
     finally:
         for c in made.values():
             c.__exit__()
+
+
+@pytest.fixture(autouse=True)
+def _leaks_of_redis_py() -> Iterator[None]:
+    """
+    Collect what redis-py's cluster clients leave unclosed, their warnings ignored.
+
+    A cluster client drops the connections of a node that left its table (a master killed, a
+    startup node the table from ``CLUSTER SLOTS`` replaced) unclosed: collected here, after
+    each test, rather than raised at the end of the session.
+    """
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @pytest.fixture
@@ -232,6 +262,34 @@ def test_a_cluster_client_and_its_asyncio_twin_are_accepted(cluster: RedisCluste
     client.close()
 
 
+def test_a_child_forked_from_a_cluster_pacer_is_a_process_of_its_own(
+    cluster: RedisCluster,
+) -> None:
+    """gunicorn --preload on a cluster: the child's request is counted apart, in Redis."""
+    origin = "https://api6.test:443"
+    (pacer,) = fleet(cluster, 1)
+    tracker = pacer.track(origin)
+    assert isinstance(tracker, RedisTracker)
+    tracker.read(lambda o: None, fresh=True)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one request waiting, from a process of its own
+        try:
+            now = pacer.clock()
+            tracker.acquire(now, not_before=now + 0.2, deadline=now + 5)
+            os.write(write, f"{tracker.me} {tracker.link.failures}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child_me, failures = os.read(read, 64).decode().split()
+    os.waitpid(pid, 0)
+    assert child_me != tracker.me
+    assert failures == "0"  # its step went to the cluster
+    now = pacer.clock()
+    tracker.acquire(now, not_before=now + 0.2, deadline=now + 5)
+    assert fleet(cluster, 1)[0].view(origin).waiting == 2  # the child's and this process's
+
+
 def test_a_cluster_nobody_answers_paces_from_memory_at_once() -> None:
     """Made while no node answers: no error, each step from memory within its bound."""
     started = time.monotonic()
@@ -351,7 +409,7 @@ def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
             await client.aclose()
         tracker = pacers[0].track(origin)
         assert isinstance(tracker, RedisTracker)
-        assert not tracker.link.up  # the death was seen (else the test proves nothing)
+        assert tracker.link.down_since is not None  # the death seen (else this proves nothing)
         return statuses
 
     with LimitedServer(rate=200, burst=20) as limited:

@@ -131,6 +131,8 @@ def _steps(pacer: Pacer, key: str, status: int, hints: Hints) -> list[float]:
     now = pacer.clock()
     delays.append(tracker.acquire(now, deadline=now + 10 * MAX_GATE).delay)
     tracker.cancel()
+    for seen in (pacer.view(ORIGIN), *pacer.scopes(ORIGIN).values()):  # the pacer's views
+        delays += [seen.gate_in, seen.closed_for or 0.0]
     return delays
 
 

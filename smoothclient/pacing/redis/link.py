@@ -219,6 +219,10 @@ class _Lazy:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.get(), name)
 
+    def forked(self) -> None:
+        """In a child just forked: a fresh lock."""
+        self._lock = threading.Lock()
+
 
 #: What makes a sync client and an asyncio client alike: where to connect and as whom.
 _PORTABLE = ("host", "port", "db", "username", "password", "path", "client_name")
@@ -280,6 +284,18 @@ def _sync_like(client: Any, timeout: float) -> Any:
 def _is_cluster(client: Any) -> bool:
     """Whether ``client`` is a sync ``RedisCluster`` (or one made when first used)."""
     return isinstance(client, _Lazy) or type(client).__name__ == "RedisCluster"
+
+
+def _unmapped(client: Any) -> bool:
+    """
+    Whether ``client`` is a cluster's asyncio client that has not read the table of slots.
+
+    Its first trip connects to a node and reads the table before it runs the script: bounded
+    by the store's timeout, it timed out on a loaded host (the store then paced from memory
+    until its backoff ended), so the first trips are given as long as a connection.
+    """
+    manager = getattr(client, "nodes_manager", None)
+    return manager is not None and not manager.slots_cache
 
 
 def _cluster_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -491,7 +507,7 @@ class LoopClients:
             lock = turns[key] = asyncio.Lock()
         return lock
 
-    async def scripts(self) -> tuple[Any, Any]:
+    async def scripts(self) -> tuple[_AsyncScript, _AsyncScript]:
         """The running loop's scripts: ``_SAVE`` and ``_READ`` on its client."""
         loop = asyncio.get_running_loop()
         entry = self._loops.get(loop)
@@ -559,8 +575,10 @@ class Link:
                 self._step_clock()
 
     def forked(self) -> None:
-        """In a child just forked: a fresh lock (redis-py makes its connections anew itself)."""
+        """In a child just forked: fresh locks (redis-py makes its connections anew itself)."""
         self._lock = threading.Lock()
+        if isinstance(self.client, _Lazy):  # another thread may have been making it
+            self.client.forked()
 
     def _step_clock(self) -> None:
         """
@@ -629,7 +647,8 @@ class Link:
         try:
             save, read = await self.loops.scripts()
             script = save if trip.op == "save" else read
-            reply = await _within(script(keys=trip.keys, args=trip.args), self.timeout)
+            bound = max(1.0, 10 * self.timeout) if _unmapped(script.client) else self.timeout
+            reply = await _within(script(keys=trip.keys, args=trip.args), bound)
         except Exception as exc:  # a store that fails never breaks a call
             self._failed(exc)
             raise _Down from exc
