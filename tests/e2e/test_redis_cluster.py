@@ -27,7 +27,8 @@ import pytest
 from smoothclient import AsyncSmoothTransport, Pacer, RetryPolicy, SmoothTransport
 from smoothclient.hints import Hints
 from smoothclient.pacing.keys import origin_key
-from smoothclient.pacing.redis.link import Link, parse_nodes_url
+from smoothclient.pacing.redis.clients import parse_nodes_url
+from smoothclient.pacing.redis.link import Link
 from smoothclient.pacing.redis.store import RedisTracker, redis_key
 from smoothclient.pacing.store import run_async
 from smoothclient.tools.redis_server import RedisCluster, RedisServer, binary, cli

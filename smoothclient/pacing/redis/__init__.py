@@ -4,8 +4,10 @@ The Redis store: a fleet of processes sharing one pacer's state (see :mod:`.stor
 - :mod:`.store`: :class:`~.store.RedisStore` and the design of the store;
 - :mod:`.tracker`: one key's copy and its round trips;
 - :mod:`.steps`: each step once, as a generator of round trips;
-- :mod:`.link`: clients, scripts, health and the fleet's clock (the only module here that
-  talks to Redis).
+- :mod:`.link`: scripts, health and the fleet's clock (the only module here that talks to
+  Redis);
+- :mod:`.clients`: how its clients are made (a server, a cluster, Sentinel).
 
-Loaded only for a shared storage (``Pacer(storage="redis://...")``); needs the ``redis`` extra.
+Loaded only for a shared storage (``Pacer(storage="redis://...")``, or ``redis+cluster://``,
+``redis+sentinel://``); needs the ``redis`` extra.
 """

@@ -95,7 +95,8 @@ class RedisStore:
     The :class:`~smoothclient.pacing.store.Store` of a fleet: state in Redis (see the module).
 
     Args:
-        client: a ``redis.Redis`` client.
+        client: a sync client: ``redis.Redis`` (of a server, or of the master Redis Sentinel
+            names) or ``redis.cluster.RedisCluster`` (see :func:`~.link.connect`).
         settings: the pacer's settings.
         loops: each event loop's ``redis.asyncio`` client (default: made like ``client``).
         max_keys: how many keys this process keeps a copy of (least recently used forgotten;
