@@ -91,7 +91,7 @@ class Outage:
 
     fails: int = 0  # failures since the last success (a run)
     first_fail: float = -1e18  # when the run began
-    served: float = 0.0  # successes in the second before the run began (req/s)
+    served: float = 0.0  # answers in the second before the run began (req/s; see failed)
     down_since: float | None = None  # when the origin was marked down (None: it is not)
     gap: float = PROBE_GAP  # the gap before the next probe
     probes: int = 0  # probes sent since the origin went down
@@ -131,12 +131,17 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
     waited out an outage is being released (see :data:`RELEASE`).
     """
     b = o.outage
+    before = o.failing * math.exp(min(0.0, o.failing_at - now))  # (a second's, before this)
+    o.failing, o.failing_at = before + 1.0, now
     if b.fails and o.successes and o.successes[-1] >= b.first_fail:
         b.fails = 0  # a success since: a new run
     if not b.fails:
         b.first_fail = now
         if b.down_since is None and now >= b.release_until:  # (down or releasing: it stands)
-            b.served = sum(1 for t in o.successes if t >= now - 1.0)
+            # what it answered: its successes, and the failures between them (a brownout's
+            # calls need both; released at its successes alone, a process that tripped in a
+            # brownout served a third of its calls for ten seconds)
+            b.served = sum(1 for t in o.successes if t >= now - 1.0) + before
     b.fails += 1
     if b.down_since is not None:  # a probe failed: the next goes later
         b.gap = min(MAX_PROBE_GAP, b.gap * 1.5)

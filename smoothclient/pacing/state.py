@@ -211,6 +211,10 @@ class OriginState:
     # how long answers take while an outage's backlog is released, smoothed (see .outage)
     answer_time: float | None = None
     unbounded: float = 0.0  # ... and the rate it would have but for the bound they set (0: none)
+    # failures a second (each adds one, decaying e-fold a second) and when the last came: what
+    # an origin answered besides its successes before an outage (see .outage)
+    failing: float = 0.0
+    failing_at: float = -1e18
     # the crowd window (see .crowd): at most this many requests in flight (inf: no limit)
     crowd_window: float = INF  # (not the quota's window: see kind)
     crowded_at: float = -1e18  # when a throttle last set it

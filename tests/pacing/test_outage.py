@@ -289,3 +289,27 @@ def test_a_rate_the_bound_gives_back_moves_the_slot_owed_with_it() -> None:
     answer = acquire(o, S, now, now, None)
     assert answer.final
     assert answer.delay < 0.5
+
+
+def test_a_brownout_that_trips_the_rule_reopens_at_what_the_origin_answered() -> None:
+    """
+    An origin failing half its requests (20 successes and 20 failures a second, 3 s) that then
+    fails a run long enough to be marked down reopens at the 40 a second it answered: its
+    calls need two attempts each.  (At its 20 successes alone, a process of a fleet that
+    tripped in a brownout served a third of its calls for ten seconds.)
+    """
+    o = OriginState()
+    o.known = True
+    t = 0.0
+    while t < 3.0:
+        learning.observe(o, S, 200, Hints(), t, sent_at=t, counted=False)
+        _fail(o, t + 0.025)
+        t += 0.05
+    for i in range(DOWN_AFTER):
+        _fail(o, t + i * 0.05)
+    assert o.outage.down_since is not None
+    now = o.gate
+    acquire(o, S, now, now, None)
+    o.waiting, o.in_flight = 0, 1
+    learning.observe(o, S, 200, Hints(), now + 0.01, sent_at=now, counted=True)
+    assert o.pace.rate == pytest.approx(40, rel=0.1)
