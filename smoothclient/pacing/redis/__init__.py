@@ -6,7 +6,8 @@ The Redis store: a fleet of processes sharing one pacer's state (see :mod:`.stor
 - :mod:`.steps`: each step once, as a generator of round trips;
 - :mod:`.link`: scripts, health and the fleet's clock (the only module here that talks to
   Redis);
-- :mod:`.clients`: how its clients are made (a server, a cluster, Sentinel).
+- :mod:`.clients`: how its clients are made (a server, a cluster, Sentinel);
+- :mod:`.nodes`: the health of each node of a cluster.
 
 Loaded only for a shared storage (``Pacer(storage="redis://...")``, or ``redis+cluster://``,
 ``redis+sentinel://``); needs the ``redis`` extra.

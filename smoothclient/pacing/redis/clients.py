@@ -69,6 +69,11 @@ class Lazy:
                     self._client = self._make()
         return self._client
 
+    @property
+    def made(self) -> Any:
+        """The client if made yet, else ``None`` (nothing asked)."""
+        return self._client
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.get(), name)
 

@@ -11,7 +11,8 @@ The connection to Redis of the shared store (:mod:`.store`): clients, scripts, h
 - **Round trips** (:class:`~..store.Trip`) run the two Lua scripts, each bounded by the
   store's timeout: :meth:`Link.send` with the sync client, :meth:`Link.send_async` on the
   running loop's client.  A failure marks Redis down for a jittered backoff (one warning an
-  outage); the store falls back meanwhile.
+  outage); the store falls back meanwhile.  A cluster's master that does not answer is
+  marked down alone (:mod:`.nodes`): the steps on its keys fall back, the others go on.
 - **The fleet's clock** is the server's ``TIME``, read with every round trip
   (:meth:`Link.tick`).
 """
@@ -33,8 +34,9 @@ from typing import Any, TypeVar
 
 from ..store import Trip, on_asyncio
 from .clients import Lazy, async_like, clients_for
+from .nodes import MAX_PAUSE, Nodes, node_of, pause
 
-__all__ = ["CLOCK_READINGS", "TIMEOUT", "Link", "LoopClients", "connect"]
+__all__ = ["CLOCK_READINGS", "MAX_PAUSE", "TIMEOUT", "Link", "LoopClients", "connect"]
 
 log = logging.getLogger("smoothclient.pacing")
 T = TypeVar("T")
@@ -46,8 +48,6 @@ CLOCK_READINGS = 4
 #: An outage this soon after the last one ended is the same one (a restart flapping): it is
 #: logged at debug level, so one restart makes one warning and one "back", whatever the driver.
 QUIET_WARNINGS = 10.0
-#: The longest pause before Redis is asked again after failed probes (seconds; jittered).
-MAX_PAUSE = 10.0
 
 # KEYS[1]: the state's key.  ARGV: the version the caller read, the state, the cohort, the
 # expiry in ms.  Written only if nobody wrote since; else the current version, state, cohort.
@@ -270,6 +270,14 @@ class LoopClients:
             asyncio.AbstractEventLoop, dict[str, asyncio.Lock]
         ] = weakref.WeakKeyDictionary()
 
+    def node_of(self, key: str) -> str | None:
+        """The cluster node serving ``key`` in the running loop's client's table, if any."""
+        try:
+            entry = self._loops.get(asyncio.get_running_loop())
+        except RuntimeError:  # no loop running: the sync client's table is the one
+            return None
+        return None if entry is None else node_of(entry[0].client, key)
+
     def turn(self, key: str) -> asyncio.Lock:
         """The running loop's turn of ``key``: its tasks take one step on the key at a time."""
         loop = asyncio.get_running_loop()
@@ -340,6 +348,7 @@ class Link:
         self.read = script(client, _READ)
         self.down_until = -math.inf
         self.failures = 0
+        self.nodes = Nodes(self.rng)  # a cluster's: a master away pauses its keys only
         self.down_since: float | None = None
         self.back_at = -math.inf  # when Redis was last back after an outage warned of
         self.warned = False  # the current outage was warned of
@@ -354,6 +363,7 @@ class Link:
     def forked(self) -> None:
         """In a child just forked: fresh locks (redis-py makes its connections anew itself)."""
         self._lock = threading.Lock()
+        self.nodes.forked()
         if isinstance(self.client, Lazy):  # another thread may have been making it
             self.client.forked()
 
@@ -389,16 +399,22 @@ class Link:
         """Whether Redis may be asked now."""
         return time.monotonic() >= self.down_until
 
-    def call(self, fn: Callable[[], T]) -> T:
+    def up_for(self, key: str) -> bool:
+        """Whether Redis may be asked now about ``key`` (and its cluster node, if away)."""
+        if not self.nodes.until:
+            return self.up
+        return self.up and self.nodes.up(node_of(self.client, key) or self.loops.node_of(key))
+
+    def call(self, fn: Callable[[], T], key: str | None = None) -> T:
         """``fn()`` against Redis, or :class:`_Down` (and the outage noted) if it fails."""
         if not self.up:
             raise _Down
         try:
             result = fn()
         except Exception as exc:  # a store that fails never breaks a call
-            self._failed(exc)
+            self._failed(exc, node_of(self.client, key))
             raise _Down from exc
-        self._back(time.monotonic())
+        self._back(time.monotonic(), node_of(self.client, key))
         return result
 
     def send(self, trip: Trip) -> Any:
@@ -406,7 +422,7 @@ class Link:
         if trip.op == "turn":  # a sync driver on a loop's thread: no turn to wait for
             return None
         script = self.save if trip.op == "save" else self.read
-        return self.call(lambda: script(keys=trip.keys, args=trip.args))
+        return self.call(lambda: script(keys=trip.keys, args=trip.args), trip.keys[0])
 
     async def send_async(self, trip: Trip) -> Any:
         """
@@ -427,9 +443,9 @@ class Link:
             bound = max(1.0, 10 * self.timeout) if _unmapped(script.client) else self.timeout
             reply = await _within(script(keys=trip.keys, args=trip.args), bound)
         except Exception as exc:  # a store that fails never breaks a call
-            self._failed(exc)
+            self._failed(exc, self.loops.node_of(trip.keys[0]))
             raise _Down from exc
-        self._back(time.monotonic())
+        self._back(time.monotonic(), self.loops.node_of(trip.keys[0]))
         return reply
 
     def tick(self, seconds: Any, micros: Any, sent: float, received: float) -> None:
@@ -456,18 +472,21 @@ class Link:
                 self.offset += max(-room, min(room, target - self.offset))
             self._adjusted = received
 
-    def _failed(self, exc: Exception) -> None:
+    def _failed(self, exc: Exception, node: str | None = None) -> None:
         """
         A round trip failed: an outage of Redis, or load it is not (see :func:`busy`).
 
         Load (no connection free in time, a reply about one key) costs that step alone: it is
         taken in this process's memory, and the next goes to Redis again; an outage pauses
-        every step (:meth:`_paused`).
+        every step (:meth:`_paused`), and a cluster's ``node`` that did not answer pauses the
+        steps on its keys (:class:`~.nodes.Nodes`).
         """
         if busy(exc):
             log.debug("Redis busy (%s): this step from this process's memory", _name(exc))
-            return
-        self._paused(exc)
+        elif node is not None and _named(exc, _LOST):
+            self.nodes.failed(node, _name(exc))
+        else:
+            self._paused(exc)
 
     def _paused(self, exc: Exception) -> None:
         """
@@ -485,8 +504,8 @@ class Link:
                 log.debug("Redis failed too (%s) while paused", _name(exc))
                 return
             self.failures += 1
-            pause = min(MAX_PAUSE, 0.5 * 2 ** (self.failures - 1)) * self.rng.uniform(0.5, 1.5)
-            self.down_until = now + pause
+            wait = pause(self.failures, self.rng)
+            self.down_until = now + wait
             first = self.down_since is None
             if first:
                 self.down_since = now
@@ -500,10 +519,12 @@ class Link:
                 _name(exc),
             )
         else:
-            log.debug("Redis still failing (%s); next try in %.2f s", _name(exc), pause)
+            log.debug("Redis still failing (%s); next try in %.2f s", _name(exc), wait)
 
-    def _back(self, now: float) -> None:
-        """A round trip succeeded: Redis answers, so it is asked again at once."""
+    def _back(self, now: float, node: str | None = None) -> None:
+        """A round trip succeeded: Redis (and ``node``) answers, so it is asked again at once."""
+        if self.nodes.failures:
+            self.nodes.back(node)
         if self.down_since is None and not self.failures:
             return
         with self._lock:

@@ -222,7 +222,7 @@ class RedisTracker:
         """
         turn = yield from self._take_turn()
         try:
-            if not self.link.up:
+            if not self.link.up_for(self.redis_key):
                 return self._in_memory(fallback)
             started = time.monotonic()
             try:
@@ -413,7 +413,7 @@ class RedisTracker:
         """A change of this process's counts only: written with its next step."""
         with self.lock:
             change(self.mine)  # its own, whatever store paces it (:meth:`_in_memory`)
-            if self.link.up:
+            if self.link.up_for(self.redis_key):
                 self._count()
             else:
                 fallback()
@@ -425,15 +425,15 @@ class RedisTracker:
         Answers deferred on the copy are written instead of a read: the write's reply is as
         fresh, and an idle process's last answers reach the fleet.
         """
-        if not fresh and self._trusted() and self.link.up:
+        if not fresh and self._trusted() and self.link.up_for(self.redis_key):
             with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
                 return look(self.state)
-        if self.deferred and self.link.up:
+        if self.deferred and self.link.up_for(self.redis_key):
             yield from self._step(_unchanged, _unchanged)
             fresh = False  # the write's reply (or what it adopted) is as fresh as a read
         turn = yield from self._take_turn()
         try:
-            if self.link.up:
+            if self.link.up_for(self.redis_key):
                 try:
                     yield from self._refresh(fresh)
                     with self.lock:
@@ -460,7 +460,7 @@ class RedisTracker:
         leaves this process's in-flight count at once.  False when :data:`MAX_DEFERRED`
         answers already wait (write this one now, and them with it).
         """
-        if not self.link.up:
+        if not self.link.up_for(self.redis_key):
             self._in_memory(fallback)
             return True
         with self.lock:
@@ -484,7 +484,7 @@ class RedisTracker:
         return self._note_success
 
     def _note_success(self, now: float) -> None:
-        if self.link.up:
+        if self.link.up_for(self.redis_key):
             self.unsent.append(now)
         else:
             self.fallback.note_success(now)
