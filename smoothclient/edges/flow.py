@@ -30,7 +30,7 @@ from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
 from ..pacing import outage
 from ..pacing.scopes import names_new_scopes
 from ..pacing.store import Steps, Tracker, Trip, answer, answer_async, boxed, stepwise
-from ..policy import RetryPolicy
+from ..policy import RetryBudget, RetryPolicy
 
 __all__ = [
     "DISCARD",
@@ -50,6 +50,9 @@ log = logging.getLogger("smoothclient")
 OUTAGE_ERRORS = frozenset({"connect", "timeout", "read"})
 _SUCCESS = GiveUp("success", final=True)
 _NO_HINTS = Hints()
+#: A retry the budget has no room for asks again after about this long (jittered into half
+#: to all of it), until its deadline (see CallFlow._room).
+BUDGET_WAIT = 0.25
 R = TypeVar("R")
 
 
@@ -321,7 +324,7 @@ class CallFlow:
 
     def _decide(
         self, state: CallState, result: Reply | Failure | None, sent_at: float
-    ) -> Steps[tuple[Retry | GiveUp, Outcome]]:
+    ) -> Generator[Action, Any, tuple[Retry | GiveUp, Outcome]]:
         tracker, policy = self.tracker, self.policy
         now = self.clock()
         if isinstance(result, Reply):
@@ -352,14 +355,11 @@ class CallFlow:
         self.jittered = not cohort.paced
         decision = decide(policy, state, outcome, now=now, rng=self.rng, cohort=cohort)
         budget = policy.budget  # checked and taken in one step, only for a real retry
-        if (
-            isinstance(decision, Retry)
-            and budget
-            and not _asked_for(outcome)
-            and not (yield from stepwise(tracker).try_retry(budget, now))
-        ):
-            return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome
         if isinstance(decision, Retry) and budget and not _asked_for(outcome):
+            room = yield from self._room(decision, state, tracker, budget, now)
+            if room is None:
+                return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome
+            decision, now = room, self.clock()
             # the retry is an attempt from now on: counted when taken, not when sent (a herd's
             # retries held by the pacer were taken long before they were sent; the budget
             # counted them against attempts it had not yet seen, and read as spent)
@@ -370,6 +370,33 @@ class CallFlow:
                 decision, reason=f"{decision.reason}; held for an outage (probes, not retries)"
             )
         return decision, outcome
+
+    def _room(
+        self, decision: Retry, state: CallState, tracker: Tracker, budget: RetryBudget, now: float
+    ) -> Generator[Action, Any, Retry | None]:
+        """
+        Take room for a retry from ``budget``, waiting for it within the deadline.
+
+        A spent budget holds the retry back until the origin's traffic makes room (each
+        attempt counted makes ``ratio`` of one), as a token bucket admits at its rate: the
+        retries stay within the budget, and a call with deadline left is not given up for it
+        (in a brownout past the origin's capacity, the budget gave up up to 5% of the calls
+        where clients without one failed fewer).  The time waited comes off the retry's
+        backoff.  ``None``: no room before the deadline (or no deadline, or testing mode).
+        """
+        waited = 0.0
+        timeout = self.policy.timeout
+        deadline = None if timeout is None else state.started + timeout
+        while not (yield from stepwise(tracker).try_retry(budget, now)):
+            pause = BUDGET_WAIT * (0.5 + 0.5 * self.rng.random())
+            if deadline is None or self.no_wait or now + pause > deadline:
+                return None
+            yield self._sleep(pause)
+            waited += pause
+            now = self.clock()
+        if not waited:
+            return decision
+        return dataclasses.replace(decision, delay=max(0.0, decision.delay - waited))
 
 
 def _asked_for(outcome: Outcome) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from smoothclient.hints import Hints
@@ -313,3 +315,55 @@ def test_a_brownout_that_trips_the_rule_reopens_at_what_the_origin_answered() ->
     o.waiting, o.in_flight = 0, 1
     learning.observe(o, S, 200, Hints(), now + 0.01, sent_at=now, counted=True)
     assert o.pace.rate == pytest.approx(40, rel=0.1)
+
+
+def _spent_budget_call(timeout: float | None) -> tuple[int, list[float]]:
+    """
+    One call whose first answer is a 503, its budget spent; while it waits, other calls'
+    attempts (two a wait) make room.  Its final status and the clock's sleeps.
+    """
+    import httpx
+
+    from smoothclient import Pacer, RetryBudget, RetryPolicy, SmoothTransport
+    from smoothclient.testing import FakeClock
+
+    clock = FakeClock()
+    pacer = Pacer(clock=clock, probe=0)
+    budget = RetryBudget(ratio=0.5, min_per_second=0.0)
+    statuses = iter([503, 200])
+    tracker = pacer.track("https://api.test:443")
+
+    def sleep(seconds: float) -> None:  # the origin's other traffic, meanwhile
+        clock.sleep(seconds)
+        tracker.record_attempt(budget, clock())
+        tracker.record_attempt(budget, clock())
+
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: httpx.Response(next(statuses))),
+        policy=RetryPolicy(attempts=3, timeout=timeout, budget=budget),
+        pacer=pacer,
+        sleep=sleep,
+        rng=random.Random(0),
+    )
+    with httpx.Client(transport=transport) as client:
+        status = client.get("https://api.test/x").status_code
+    return status, clock.sleeps
+
+
+def test_a_retry_waits_for_budget_room_within_its_deadline() -> None:
+    """
+    A spent budget holds a retry back until traffic makes room, not longer than the deadline.
+
+    It gave the call up at once: in a brownout past the origin's capacity, up to 5% of the
+    calls, where clients without a budget failed fewer.
+    """
+    status, sleeps = _spent_budget_call(timeout=10.0)
+    assert status == 200
+    assert 0 < sum(sleeps) <= 10.0
+
+
+def test_a_call_without_a_deadline_gives_up_on_a_spent_budget() -> None:
+    """No deadline to wait within: the budget gives the retry up at once, as it did."""
+    status, sleeps = _spent_budget_call(timeout=None)
+    assert status == 503
+    assert not sleeps
