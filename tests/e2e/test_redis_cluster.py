@@ -457,3 +457,18 @@ def test_a_master_away_pauses_its_own_keys_only(
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1
     assert warnings[0].startswith(f"Redis node 127.0.0.1:{dead.port} failed")
+
+    async def on_a_loop() -> None:  # the same with a loop's asyncio cluster client
+        (c,) = fleet(cluster, 1)
+        link = c.track(kept).link  # type: ignore[attr-defined]
+        for origin in (lost, kept):
+            tracker = c.track(origin)
+            assert isinstance(tracker, RedisTracker)
+            await run_async(tracker.steps.observe(503, Hints(retry_after=5.0), c.clock()))
+        assert not link.up_for(redis_key(lost))
+        assert link.up_for(redis_key(kept))
+        assert link.up
+        gate = a.track(kept).read(lambda o: o.gate, fresh=True) - a.clock()
+        assert gate == pytest.approx(5.0, abs=0.1)  # written through its master
+
+    asyncio.run(on_a_loop())

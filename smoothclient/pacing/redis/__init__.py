@@ -4,8 +4,9 @@ The Redis store: a fleet of processes sharing one pacer's state (see :mod:`.stor
 - :mod:`.store`: :class:`~.store.RedisStore` and the design of the store;
 - :mod:`.tracker`: one key's copy and its round trips;
 - :mod:`.steps`: each step once, as a generator of round trips;
-- :mod:`.link`: scripts, health and the fleet's clock (the only module here that talks to
-  Redis);
+- :mod:`.link`: round trips, health and the fleet's clock;
+- :mod:`.scripts`: the two Lua scripts and how a round trip runs them (the only code here
+  that sends Redis a command, with :mod:`.link`);
 - :mod:`.clients`: how its clients are made (a server, a cluster, Sentinel);
 - :mod:`.nodes`: the health of each node of a cluster.
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import logging
 import math
 import random
@@ -35,6 +34,7 @@ from typing import Any, TypeVar
 from ..store import Trip, on_asyncio
 from .clients import Lazy, async_like, clients_for
 from .nodes import MAX_PAUSE, Nodes, node_of, pause
+from .scripts import LOST, READ, SAVE, AsyncClusterScript, AsyncScript, ClusterScript, Script, named
 
 __all__ = ["CLOCK_READINGS", "MAX_PAUSE", "TIMEOUT", "Link", "LoopClients", "connect"]
 
@@ -49,129 +49,9 @@ CLOCK_READINGS = 4
 #: logged at debug level, so one restart makes one warning and one "back", whatever the driver.
 QUIET_WARNINGS = 10.0
 
-# KEYS[1]: the state's key.  ARGV: the version the caller read, the state, the cohort, the
-# expiry in ms.  Written only if nobody wrote since; else the current version, state, cohort.
-# What the key holds is input: a key of another type is replaced (it is in smoothclient's
-# own namespace), and a version that is not a whole number >= 0 reads as 0, so the next write
-# takes the key over (a version of 1.5 read back as 1 made every write lose, for ever).
-_VERSION = """
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'hash' and kind ~= 'none' then
-  if ARGV[2] then redis.call('DEL', KEYS[1]) end
-  kind = 'none'
-end
-local v = 0
-if kind == 'hash' then
-  v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
-  if v == nil or v < 0 or v ~= math.floor(v) or v > 2^52 then v = 0 end
-end
-"""
-_SAVE = (
-    _VERSION
-    + """
-local t = redis.call('TIME')
-if v ~= tonumber(ARGV[1]) then
-  local cur = redis.call('HMGET', KEYS[1], 's', 'c')
-  return {0, v, cur[1] or '', cur[2] or '', t[1], t[2]}
-end
-v = v + 1
-redis.call('HSET', KEYS[1], 'v', v, 's', ARGV[2], 'c', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {1, v, '', '', t[1], t[2]}
-"""
-)
-_READ = (
-    _VERSION
-    + """
-local t = redis.call('TIME')
-if kind == 'none' then return {0, '', '', t[1], t[2]} end
-local cur = redis.call('HMGET', KEYS[1], 's', 'c')
-return {v, cur[1] or '', cur[2] or '', t[1], t[2]}
-"""
-)
-
 
 class _Down(Exception):
     """Redis is not to be asked now (down, or a step ran out of time)."""
-
-
-def _no_script(exc: BaseException) -> bool:
-    return _named(exc, frozenset({"NoScriptError"}))
-
-
-def _named(exc: BaseException, names: frozenset[str]) -> bool:
-    """Whether ``exc`` is of a class named in ``names`` (redis-py's, imported only if used)."""
-    return any(cls.__name__ in names for cls in type(exc).__mro__)
-
-
-class _Script:
-    """
-    One Lua script on a sync client: ``EVALSHA``, else ``EVAL`` (which caches it on the node).
-
-    Both name the script's keys, so a cluster client sends them to the node owning their slot.
-    """
-
-    def __init__(self, client: Any, text: str) -> None:
-        self.client, self.text = client, text
-        self.sha = hashlib.sha1(text.encode()).hexdigest()  # how Redis names a script
-
-    def __call__(self, keys: list[Any], args: list[Any]) -> Any:
-        return self.run(self.client, keys, args)
-
-    def run(self, client: Any, keys: list[Any], args: list[Any]) -> Any:
-        """The script's reply from ``client``."""
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except Exception as exc:
-            if not _no_script(exc):
-                raise
-            return client.eval(self.text, len(keys), *keys, *args)
-
-
-class _ClusterScript(_Script):
-    """
-    One script on a sync ``RedisCluster``: sent straight to the master of its key's slot.
-
-    redis-py's cluster client, told ``CLUSTERDOWN``, sleeps 0.25 s before it raises: a sync
-    step waited five times the store's timeout.  Here the node's own client answers at once.
-    A redirection (a slot moved) goes through the cluster client, which follows it and mends
-    its table of slots; after a node failed, the table is read again before the next try.
-    """
-
-    stale = False
-
-    def __call__(self, keys: list[Any], args: list[Any]) -> Any:
-        cluster = self.client
-        if self.stale:
-            cluster.nodes_manager.initialize()
-            self.stale = False
-        try:
-            node = cluster.get_node_from_key(keys[0]).redis_connection
-        except Exception:  # a slot no master serves (a table read while one was away)
-            self.stale = True
-            raise
-        if node is None:  # pragma: no cover - redis-py makes every node's client with its table
-            return self.run(cluster, keys, args)
-        try:
-            return self.run(node, keys, args)
-        except Exception as exc:
-            if _named(exc, _MOVED):
-                return self.run(cluster, keys, args)
-            if _named(exc, _LOST):
-                self.stale = True
-            raise
-
-
-class _AsyncScript(_Script):
-    """:class:`_Script` on a ``redis.asyncio`` client (plain or cluster)."""
-
-    async def __call__(self, keys: list[Any], args: list[Any]) -> Any:
-        try:
-            return await self.client.evalsha(self.sha, len(keys), *keys, *args)
-        except Exception as exc:
-            if not _no_script(exc):
-                raise
-            return await self.client.eval(self.text, len(keys), *keys, *args)
 
 
 def _is_cluster(client: Any) -> bool:
@@ -292,8 +172,8 @@ class LoopClients:
             lock = turns[key] = asyncio.Lock()
         return lock
 
-    async def scripts(self) -> tuple[_AsyncScript, _AsyncScript]:
-        """The running loop's scripts: ``_SAVE`` and ``_READ`` on its client."""
+    async def scripts(self) -> tuple[AsyncScript, AsyncScript]:
+        """The running loop's scripts: ``SAVE`` and ``READ`` on its client."""
         loop = asyncio.get_running_loop()
         entry = self._loops.get(loop)
         if entry is None:
@@ -304,7 +184,8 @@ class LoopClients:
                 client = self.make()
                 keeper = _closing(client, functools.partial(self._loops.pop, loop, None))
                 await keeper.__anext__()  # the loop finalizes it at shutdown: client closed
-            entry = (_AsyncScript(client, _SAVE), _AsyncScript(client, _READ), keeper)
+            script = AsyncClusterScript if hasattr(client, "nodes_manager") else AsyncScript
+            entry = (script(client, SAVE), script(client, READ), keeper)
             self._loops[loop] = entry
         return entry[0], entry[1]
 
@@ -343,9 +224,9 @@ class Link:
         self.loops = loops or LoopClients(functools.partial(async_like, client, timeout))
         self.timeout = timeout
         self.rng = rng or random.Random()
-        script = _ClusterScript if _is_cluster(client) else _Script
-        self.save = script(client, _SAVE)
-        self.read = script(client, _READ)
+        script = ClusterScript if _is_cluster(client) else Script
+        self.save = script(client, SAVE)
+        self.read = script(client, READ)
         self.down_until = -math.inf
         self.failures = 0
         self.nodes = Nodes(self.rng)  # a cluster's: a master away pauses its keys only
@@ -483,7 +364,7 @@ class Link:
         """
         if busy(exc):
             log.debug("Redis busy (%s): this step from this process's memory", _name(exc))
-        elif node is not None and _named(exc, _LOST):
+        elif node is not None and named(exc, LOST):
             self.nodes.failed(node, _name(exc))
         else:
             self._paused(exc)
@@ -539,10 +420,6 @@ class Link:
             log.debug("Redis is back after %.1f s", now - since)
 
 
-#: A cluster's node says a key's slot is served elsewhere (moved, or moving).
-_MOVED = frozenset({"MovedError", "AskError"})
-#: A node did not answer: the cluster's table of slots may be out of date.
-_LOST = frozenset({"ConnectionError", "TimeoutError"})
 #: Errors that say Redis is there but busy, or that one key is in trouble: not an outage.
 _BUSY = frozenset({"MaxConnectionsError", "ResponseError", "NoScriptError", "WatchError"})
 #: Replies of Redis that say it is down all the same: a cluster that lost a master.
@@ -557,9 +434,9 @@ def busy(exc: BaseException) -> bool:
     outage, the fleet paced from memory and sent twenty times the 429s.  A reply of Redis
     about a key (a key of another type) said Redis was up, and paused every origin.
     """
-    if _named(exc, _DOWN):
+    if named(exc, _DOWN):
         return False
-    if _named(exc, _BUSY):
+    if named(exc, _BUSY):
         return True
     return "No connection available" in str(exc)  # a blocking pool's wait ran out
 

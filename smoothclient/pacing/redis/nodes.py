@@ -39,7 +39,7 @@ def node_of(client: Any, key: str | None) -> str | None:
     has read no table yet).
     """
     client = getattr(client, "made", client)  # a client made when first used: if made yet
-    if key is None or client is None or "nodes_manager" not in vars(client):
+    if key is None or client is None or not hasattr(client, "nodes_manager"):
         return None
     try:
         name: str = client.get_node_from_key(key).name

@@ -36,14 +36,14 @@ atomic across the fleet.
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.
 
-**One definition, two drivers.** Each step (:class:`~.steps.RedisSteps`) is a generator:
-it applies the pure transition to the copy, yields its round trip (a :class:`~..store.Trip`: the
-``_SAVE`` or ``_READ`` script, keys and arguments) and handles the reply (written; or someone
-wrote first: adopt what Redis holds and go again; or failed: fall back). Sync edges drive it
-with the sync client (:func:`~..store.run`; one connection pool for every thread, each trip
-bounded by ``timeout``); async edges on asyncio drive the same generator on their event loop
-(:func:`~..store.run_async`: each trip awaited on that loop's ``redis.asyncio`` client and
-bounded by the timeout), so the loop never blocks. Both feed one fleet clock
+**One definition, two drivers.** Each step (:class:`~.steps.RedisSteps`) is a generator: it
+applies the pure transition to the copy, yields its round trip (a :class:`~..store.Trip`: the
+``SAVE`` or ``READ`` script of :mod:`.scripts`, keys and arguments) and handles the reply
+(written; or someone wrote first: adopt what Redis holds and go again; or failed: fall back).
+Sync edges drive it with the sync client (:func:`~..store.run`; one connection pool for every
+thread, each trip bounded by ``timeout``); async edges on asyncio drive the same generator on
+their event loop (:func:`~..store.run_async`: each trip awaited on that loop's ``redis.asyncio``
+client and bounded by the timeout), so the loop never blocks. Both feed one fleet clock
 (:meth:`Link.tick`) and note failures one way. ``redis.asyncio`` runs on asyncio only: on trio
 the async edges take the same steps in worker threads with the sync client.
 
