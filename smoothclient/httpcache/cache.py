@@ -44,11 +44,14 @@ class HttpCache:
             :class:`~smoothclient.httpcache.stores.Store`.
         max_bytes: the most bytes the memory and SQLite stores hold (least recent dropped).
         max_body: bodies larger than this are not stored (nor held while read).
-        jitter: a revalidated entry is due again at an age drawn uniformly from the last
-            ``jitter`` fraction of its freshness lifetime (``0 <= jitter < 1``; 0: at expiry).
-        spread: an entry stored on a miss is first due in the last ``spread`` fraction of its
-            lifetime (``0 <= spread < 1``), placed by a low-discrepancy sequence: entries
-            fetched together (a cold start) come due spread out, once, and stay apart.
+        jitter: an entry revalidated on time is due again in the middle of the last
+            ``jitter`` fraction of its freshness lifetime (``0 <= jitter < 1``; 0: at expiry):
+            every such entry at the same part of its life, so entries keep their phases.
+        spread: an entry stored on a miss, or revalidated only after it expired, is first due
+            in the last ``spread`` fraction of its lifetime (``0 <= spread < 1``), placed by a
+            low-discrepancy sequence (shared by the host's or the fleet's caches through
+            SQLite or Redis): entries fetched together (a cold start, the end of an outage)
+            come due spread out, and stay apart.
         early_refresh: XFetch's ``beta`` (``None``: off): a caller may revalidate earlier still,
             the likelier the slower the last fetch was.
         stale_while_revalidate: seconds a stale response may be served while it is revalidated
@@ -74,7 +77,7 @@ class HttpCache:
         max_bytes: int = 64 * 2**20,
         max_body: int = 2**20,
         jitter: float = 0.1,
-        spread: float = 0.5,
+        spread: float = 0.9,
         early_refresh: float | None = None,
         stale_while_revalidate: float | None = None,
         stale_if_error: float | None = None,
@@ -273,10 +276,21 @@ class HttpCache:
     def _refresh_point(self, lifetime: float, *, first: bool) -> float:
         """The age at which an entry is due: see ``jitter`` and ``spread``."""
         if not first:
-            return jittered_lifetime(lifetime, self.jitter, self.rng.random())
-        with self._lock:  # the golden-ratio sequence: any n consecutive points evenly apart
-            self._phase = (self._phase + _GOLDEN) % 1.0
-            u = self._phase
+            # every revalidated entry at the same part of its life: entries keep the phases
+            # their first points spread them to (a point drawn at random each time made each
+            # entry's phase a random walk, and the fleet's revalidations bunched by chance
+            # again within a few lifetimes: 4.6-5.6x the mean in the busiest 100 ms)
+            return jittered_lifetime(lifetime, self.jitter, 0.5)
+        # the golden-ratio sequence: any n consecutive points evenly apart; numbered by the
+        # store where it can (a fleet's caches share one sequence, not one each that collide)
+        ticket = getattr(self.store, "ticket", None)
+        n = None if ticket is None else self._safe("ticket", ticket, None)
+        with self._lock:
+            if n is None:
+                self._phase = (self._phase + _GOLDEN) % 1.0
+                u = self._phase
+            else:
+                u = (int(n) * _GOLDEN) % 1.0
         return jittered_lifetime(lifetime, self.spread, u)
 
     def due(self, entry: Entry, now: float) -> bool:

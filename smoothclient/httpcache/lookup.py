@@ -232,7 +232,9 @@ class Lookup:
         entry = self.entry
         if status == 304 and entry is not None:
             merged = merge_304(entry.headers, pairs)
-            updated = cache.entry(self, entry.status, merged, entry.body, self.sent, now)
+            updated = cache.entry(
+                self, entry.status, merged, entry.body, self.sent, now, first=self._late(entry)
+            )
             cache.put(updated)
             self.done()
             self._count("revalidated")
@@ -288,10 +290,25 @@ class Lookup:
         headers = [(k, v) for k, v in recorder.headers if k.lower() not in dropped]
         headers.append(("Content-Length", str(len(body))))
         entry = self.cache.entry(
-            self, recorder.status, headers, body, self.sent, recorder.at, first=self.entry is None
+            self,
+            recorder.status,
+            headers,
+            body,
+            self.sent,
+            recorder.at,
+            first=self.entry is None or self._late(self.entry),
         )
         self.cache.put(entry)
         self.done()
+
+    def _late(self, entry: Entry) -> bool:
+        """
+        Was ``entry`` revalidated only after it expired?  Then its next point is placed anew.
+
+        On time, an entry keeps its phase (each due at the same part of its life); entries
+        that all expired together (an outage of the origin) would keep theirs together.
+        """
+        return self.sent >= entry.born + entry.lifetime
 
     def done(self, *, cacheable: bool = True) -> None:
         """End the lookup: give back its claim (idempotent)."""

@@ -140,6 +140,7 @@ class SqliteStore:
             "CREATE TABLE IF NOT EXISTS claims "
             "(key TEXT PRIMARY KEY, owner TEXT NOT NULL, until REAL NOT NULL)"
         )
+        conn.execute("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, n INTEGER)")
 
     def _conn(self) -> Any:
         conn = getattr(self._local, "conn", None)
@@ -195,6 +196,18 @@ class SqliteStore:
     def delete(self, keys: Iterable[str]) -> None:
         """Forget ``keys``."""
         self._conn().executemany("DELETE FROM responses WHERE key = ?", [(k,) for k in keys])
+
+    def ticket(self) -> int:
+        """The next number of the sequence the host's caches share (first refresh points)."""
+        row = (
+            self._conn()
+            .execute(
+                "INSERT INTO counters (name, n) VALUES ('first', 1) "
+                "ON CONFLICT (name) DO UPDATE SET n = n + 1 RETURNING n"
+            )
+            .fetchone()
+        )
+        return int(row[0])
 
     def claim(self, key: str, ttl: float) -> bool:
         """A row of ``claims`` for ``key`` (one lapsed is taken over): the host's one flight."""
@@ -272,6 +285,10 @@ class RedisStore:
         names = [self._name(k) for k in keys]
         if names:
             self.client.delete(*names)
+
+    def ticket(self) -> int:
+        """The next number of the sequence the fleet's caches share (first refresh points)."""
+        return int(self.client.incr(self.PREFIX + "first"))
 
     def claim(self, key: str, ttl: float) -> bool:
         """``SET lock token NX PX ttl``: whether this process now holds it."""

@@ -17,7 +17,7 @@ from .conftest import NOW, URL, OriginDown, Resp, client, fixed
 def test_a_miss_is_stored_and_the_next_call_is_a_hit_that_sends_nothing(wall: FakeClock) -> None:
     c = client(wall, fixed(cache_control="max-age=60"))
     first = c.get()
-    wall.advance(30)
+    wall.advance(5)  # before the earliest first refresh point (10% of its life, spread=0.9)
     second = c.get()
     assert (first.cache, second.cache) == ("miss", "hit")
     assert second.body == b"v1"
@@ -41,10 +41,14 @@ def test_entries_stored_together_are_first_due_evenly_spread(wall: FakeClock) ->
     assert max(b - a for a, b in itertools.pairwise(ordered)) < 3 * 50 / 200
 
 
-def test_a_revalidated_entry_is_due_in_the_last_jitter_part_of_its_life(wall: FakeClock) -> None:
+def test_an_entry_revalidated_on_time_keeps_its_phase(wall: FakeClock) -> None:
+    """
+    Each on-time revalidation is due at the same part of its life: entries keep the phases
+    their first points spread them to (drawn at random each time, they drifted into bunches).
+    """
     c = client(wall, fixed(cache_control="max-age=100", etag='"v1"'), jitter=0.1)
     points = []
-    for _ in range(100):
+    for _ in range(20):
         c.get()
         entry = c.entry()
         assert entry is not None
@@ -54,8 +58,25 @@ def test_a_revalidated_entry_is_due_in_the_last_jitter_part_of_its_life(wall: Fa
         renewed = c.entry()
         assert renewed is not None
         points.append(renewed.refresh)
-    assert all(90.0 <= p <= 100.0 for p in points)
-    assert max(points) - min(points) > 8.0  # drawn over the window, not bunched
+    assert points == [95.0] * 20  # the middle of the last 10% of its life, every time
+
+
+def test_an_entry_revalidated_only_after_it_expired_is_placed_anew(wall: FakeClock) -> None:
+    """Entries that all expired together (the origin was down) do not stay together."""
+    c = client(wall, fixed(cache_control="max-age=100", etag='"v1"'), spread=0.5)
+    for i in range(50):
+        c.get(f"{URL}/{i}")
+    wall.advance(150)  # every one expired (and still kept, for its validator)
+    c.origin.handler = fixed(304, b"", cache_control="max-age=100")
+    points = []
+    for i in range(50):
+        assert c.get(f"{URL}/{i}").cache == "revalidated"
+        entry = c.entry(f"{URL}/{i}")
+        assert entry is not None
+        points.append(entry.refresh)
+    assert all(50.0 <= p <= 100.0 for p in points)
+    ordered = sorted([50.0, *points, 100.0])
+    assert max(b - a for a, b in itertools.pairwise(ordered)) < 3 * 50 / 50
 
 
 def test_a_due_entry_is_revalidated_once_with_validators_and_a_304_refreshes_it(
