@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 import subprocess
@@ -218,3 +219,19 @@ def test_a_memory_cache_is_the_default() -> None:
     cache = HttpCache()
     assert isinstance(cache.store, MemoryStore)
     assert "MemoryStore" in repr(cache)
+
+
+def test_caches_sharing_a_sqlite_file_share_one_sequence_of_first_points(
+    tmp_path: Path, wall: FakeClock
+) -> None:
+    """Two caches on one file number their entries' first points as one: they never collide."""
+    path = f"sqlite:///{tmp_path / 'shared.db'}"
+    first, second = HttpCache(path, clock=wall), HttpCache(path, clock=wall)
+    stores = [first.store, second.store]
+    assert all(isinstance(store, SqliteStore) for store in stores)
+    tickets = [s.ticket() for s in stores * 2]  # type: ignore[attr-defined]
+    assert tickets == [1, 2, 3, 4]
+    points = [cache._refresh_point(100.0, first=True) for cache in (first, second) * 10]
+    assert all(10.0 <= p <= 100.0 for p in points)
+    ordered = sorted([10.0, *points, 100.0])
+    assert max(b - a for a, b in itertools.pairwise(ordered)) < 3 * 90 / 20
