@@ -104,12 +104,7 @@ def split(
         spent = [name for name, part in parts.items() if part.exhausted]
         if not spent and home and hints_of(home).exhausted:  # the host's own quota ran out
             return [(None, status, with_timing(hints_of(home)))]
-        responsible = (
-            spent
-            or list(given)
-            or list(named)
-            or list(bound)
-        )
+        responsible = spent or list(given) or list(named) or list(bound)
         if not responsible:
             return [(None, status, with_timing(hints_of(home)))]
         return [(name, status, with_timing(parts.get(name, _NONE))) for name in responsible]
