@@ -13,7 +13,8 @@ every response (:func:`smoothclient.read_hints`):
 - a **learned rate** when the server says nothing but throttles: cut on each throttle,
   grown on success, dropped after a quiet spell;
 - a **probe** on cold start: while the first response from a new origin is outstanding,
-  other concurrent requests wait for it (at most ``probe`` seconds) so they can be paced.
+  other concurrent requests wait for it so they can be paced; a probe unanswered for
+  ``probe`` seconds lets one more request go as a probe, never the whole herd.
 
 A healthy origin (quota far from exhausted, or no quota at all) gets no delay whatsoever.
 The rules are pure functions in :mod:`smoothclient.pacing.state`; the state lives in a store
@@ -113,8 +114,9 @@ class Pacer:
 
     Args:
         max_origins: how many origins to remember (least recently used are forgotten).
-        probe: on cold start, how long concurrent requests wait for the first response of a new
-            origin (0 disables the probe).
+        probe: on cold start, concurrent requests wait for the first response of a new origin;
+            every ``probe`` seconds without one, one more request goes as a probe (0 disables
+            the probe).
         learned_floor: the lowest learned rate, in req/s.
         quiet: seconds without throttling after which a learned rate is dropped.
         max_gate: the longest any server hint may hold an origin's requests back (a buggy or

@@ -248,23 +248,34 @@ class OriginState:
 
 
 def _probing(o: OriginState, s: Settings, now: float) -> Admission | None:
-    """Starts the cold-start probe if none went yet; the wait behind it, if one is out."""
+    """
+    Starts the cold-start probe if none went yet; the wait behind it, if one is out.
+
+    A probe not answered within ``probe`` seconds (a slow origin, an event loop starved by the
+    herd waiting on it) lets one more request go as a probe, not the whole herd: released at
+    once, a thousand asyncio tasks sent 650 requests into a bucket of 20 (700 429s).  The
+    first answer, whichever it is, ends the probing (:func:`~.learning.observe`).
+    """
     if o.known or s.probe == 0:
         return None
-    if o.probe_until is None:
+    if o.probe_until is None or now >= o.probe_until:
         o.probe_until = now + s.probe
-        return None  # this request is the probe
-    if now >= o.probe_until:
-        o.known = True
-        return None
+        return None  # this request is the probe (the first, or one more: the last is late)
     return _behind_probe(o, s, now)
 
 
 def _behind_probe(o: OriginState, s: Settings, now: float) -> Admission | None:
-    """The wait of a request behind an outstanding cold-start probe (reads only)."""
+    """
+    The wait of a request behind an outstanding cold-start probe (reads only).
+
+    Polled more slowly the longer the probe is out (an eighth of that time, at most
+    ``HORIZON``): a thousand tasks polling every 5 ms starved the loop the answer comes on.
+    """
     if o.known or s.probe == 0 or o.probe_until is None or now >= o.probe_until:
         return None
-    return Admission(min(PROBE_POLL, o.probe_until - now), final=False)
+    out = max(0.0, now - o.first_seen)
+    poll = min(HORIZON, max(PROBE_POLL, out / 8))
+    return Admission(min(poll, o.probe_until - now), final=False)
 
 
 def _plan(

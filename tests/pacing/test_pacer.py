@@ -58,12 +58,28 @@ def test_cold_start_probe() -> None:
     assert p.track(ORIGIN).acquire(0.003).final
 
 
-def test_probe_times_out() -> None:
+def test_a_late_probe_lets_one_more_probe_go_not_the_herd() -> None:
+    """Unanswered for ``probe`` seconds: one more request probes; the others keep waiting."""
     p = Pacer(probe=0.25)
     p.track(ORIGIN).acquire(0.0)
     p.track(ORIGIN).sent()
     assert not p.track(ORIGIN).acquire(0.1).final
-    assert p.track(ORIGIN).acquire(0.3).final
+    assert p.track(ORIGIN).acquire(0.3).final  # one more probe
+    p.track(ORIGIN).sent()
+    behind = [p.track(ORIGIN).acquire(0.31) for _ in range(100)]
+    assert not any(a.final for a in behind)  # the herd still waits for an answer
+    assert all(a.delay >= 0.005 for a in behind)
+    p.track(ORIGIN).observe(200, Hints(), 0.4, sent_at=0.0)
+    assert p.track(ORIGIN).acquire(0.41).final
+
+
+def test_the_wait_behind_a_probe_polls_more_slowly_as_it_lasts() -> None:
+    p = Pacer(probe=10.0)
+    p.track(ORIGIN).acquire(0.0)
+    p.track(ORIGIN).sent()
+    soon, later = p.track(ORIGIN).when(0.01), p.track(ORIGIN).when(2.0)
+    assert soon.delay == pytest.approx(0.005)
+    assert later.delay == pytest.approx(0.25)  # an eighth of 2 s, at most the horizon
 
 
 def test_stated_rate_paces_after_the_burst() -> None:
