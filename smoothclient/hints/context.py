@@ -111,9 +111,9 @@ class Ctx:
         """
         docs/headers.md R3: delay-seconds (a fraction allowed) or an HTTP-date (past: now).
 
-        A valid delay beyond the horizon (R13) reads as the horizon: "not for a long while",
-        which a policy's ``max_retry_after`` answers at once, not a value to drop and retry
-        past in a tenth of a second.
+        A valid delay beyond the horizon (docs/headers.md R13) reads as the horizon: "not for a
+        long while", which a policy's ``max_retry_after`` answers at once, not a value to drop
+        and retry past in a tenth of a second.
         """
         number = parse_number(value)
         if number is not None:
