@@ -75,7 +75,21 @@ class Nginx:
     log: Path
 
     def seen(self) -> Counter[tuple[str, int]]:
-        """``(path, status)`` -> how many requests nginx answered so."""
+        """
+        ``(path, status)`` -> how many requests nginx answered so.
+
+        nginx writes a request's log line after its response went out, so a client can be
+        ahead of the log: the log is read until it stops growing (for a short while).
+        """
+        deadline = time.monotonic() + 2.0
+        last, still = -1, 0
+        while time.monotonic() < deadline:
+            size = self.log.stat().st_size if self.log.exists() else 0
+            still = still + 1 if size == last else 0
+            if still >= 3:
+                break
+            last = size
+            time.sleep(0.02)
         if not self.log.exists():
             return Counter()
         pairs = (line.split() for line in self.log.read_text().splitlines() if line.strip())
