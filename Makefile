@@ -36,7 +36,7 @@ test: $(STAMP) lint typecheck pytest
 
 # the inner loop: no end-to-end tests, stop at the first failure
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -x -m "not e2e"
+	$(BIN)/python -m pytest -q -x -n 2 -m "not e2e"
 
 lint: $(STAMP)
 	$(BIN)/ruff check smoothclient tests examples benchmarks
@@ -45,8 +45,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict smoothclient tests
 
+# two workers (the machine's two cores): most tests wait on local servers or clocks
 pytest: $(STAMP)
-	$(BIN)/python -m pytest --cov=smoothclient --cov-report=term:skip-covered \
+	$(BIN)/python -m pytest -n 2 --cov=smoothclient --cov-report=term:skip-covered \
 		--cov-fail-under=$(COVERAGE_FLOOR)
 
 # the transport's bounds under random server answers, and the Redis store's under random
