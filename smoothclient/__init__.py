@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from ._lazy import load
 
 if TYPE_CHECKING:
     from . import testing, window
@@ -88,15 +89,6 @@ MOVED: dict[str, str] = {
 }
 #: Public submodules, imported on first use.
 SUBMODULES = ("testing", "window")
-#: The packages each extra brings, to tell a missing extra from any other import failure.
-_EXTRA_PACKAGES = {
-    "httpx": frozenset({"httpx", "httpcore", "anyio"}),
-    "httpx2": frozenset({"httpx2", "httpcore2", "anyio", "h11", "idna", "truststore"}),
-    "requests": frozenset({"requests", "urllib3"}),
-    "aiohttp": frozenset({"aiohttp", "multidict", "yarl", "aiohappyeyeballs", "aiosignal"}),
-    "prometheus": frozenset({"prometheus_client"}),
-    "otel": frozenset({"opentelemetry"}),
-}
 
 #: Spelled out for type checkers; a test holds it to :data:`PUBLIC`.
 __all__ = [
@@ -145,58 +137,7 @@ def __getattr__(name: str) -> Any:
     if name not in PUBLIC:
         msg = f"module {__name__!r} has no attribute {name!r}"
         raise AttributeError(msg)
-    return _load(__name__, name, *PUBLIC[name], globals())
-
-
-def _load(
-    package: str, name: str, module_name: str, extra: str | None, into: dict[str, Any]
-) -> Any:
-    """
-    ``name`` from ``package.module_name``, kept in ``into`` (a package's globals) once loaded.
-
-    A missing extra is an :class:`ImportError` saying which to install.  The subpackages'
-    lazy names (``smoothclient.spreading``, ``.telemetry``, ``.pacing``) load through it too.
-    """
-    try:
-        module = importlib.import_module(f"{package}.{module_name}")
-    except ModuleNotFoundError as exc:
-        if extra is None:
-            raise
-        raise _missing_extra(exc, extra, f"{package}.{name}") from exc
-    value = getattr(module, name)
-    into[name] = value
-    return value
-
-
-def _namespace(
-    package: str, names: dict[str, str], into: dict[str, Any], extras: dict[str, str] | None = None
-) -> Callable[[str], Any]:
-    """
-    A subpackage's module ``__getattr__``: ``name`` from ``package.names[name]``, loaded once.
-
-    ``extras``: the extra a module of the subpackage needs (``{"prometheus": "prometheus"}``).
-    """
-
-    def lookup(name: str) -> Any:
-        if name not in names:
-            msg = f"module {package!r} has no attribute {name!r}"
-            raise AttributeError(msg)
-        module = names[name]
-        return _load(package, name, module, (extras or {}).get(module), into)
-
-    return lookup
-
-
-def _missing_extra(exc: ModuleNotFoundError, extra: str, what: str) -> ImportError:
-    """
-    The error saying ``what`` needs ``extra``, when ``exc`` is one of its packages missing.
-
-    Any other missing module is raised as it was (a broken install is not a missing extra).
-    """
-    if (exc.name or "").partition(".")[0] not in _EXTRA_PACKAGES[extra]:
-        raise exc
-    msg = f"{what} needs {extra}: pip install 'smoothclient[{extra}]'"
-    return ImportError(msg, name=exc.name)
+    return load(__name__, name, *PUBLIC[name], globals())
 
 
 def __dir__() -> list[str]:

@@ -11,11 +11,11 @@ this module raises an :class:`ImportError` saying so).
 
 from __future__ import annotations
 
-from . import _missing_extra
+from ._lazy import missing_extra
 
 try:
     from .edges.aiohttp_middleware import RateLimitedError, SmoothMiddleware
 except ModuleNotFoundError as exc:  # the extra is missing: say which one to install
-    raise _missing_extra(exc, "aiohttp", __name__) from exc
+    raise missing_extra(exc, "aiohttp", __name__) from exc
 
 __all__ = ["RateLimitedError", "SmoothMiddleware"]

@@ -123,7 +123,7 @@ def cached_send(
 
     ``spawn`` runs a background revalidation (``stale-while-revalidate``).
     """
-    lookup = cache.lookup(method, url, headers)
+    lookup = Lookup(cache, method, url, list(headers))
     step = lookup.step()
     while isinstance(step, Wait):
         sleep(step.seconds)
@@ -225,7 +225,7 @@ async def cached_send_async(
     ``io.consume`` and ``io.close`` may return awaitables (awaited); ``spawn`` starts a
     background revalidation as a task (``asyncio``: keep a reference to it until it ends).
     """
-    lookup = cache.lookup(method, url, headers)
+    lookup = Lookup(cache, method, url, list(headers))
     step = lookup.step()
     while isinstance(step, Wait):
         await sleep(step.seconds)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import Any, Protocol
 
 from ..errors import RateLimited
 from ..httpcache.cache import HttpCache
@@ -21,10 +22,19 @@ from ..httpcache.entry import Entry
 from ..httpcache.lookup import Recorder
 from .cached import EdgeIO, Record, cached_send, cached_send_async
 
-if TYPE_CHECKING:
-    from .httpx_common import AsyncEdge, Family, SyncEdge
+__all__ = ["Ended", "Library", "send_async_cached", "send_cached"]
 
-__all__ = ["send", "send_async"]
+
+class Library(Protocol):
+    """What this layer needs of one library of the httpx family (an ``httpx_common.Family``)."""
+
+    lib: ModuleType
+    Response: type[Any]
+    transport_error: type[Exception]
+
+
+#: How a sent call's response and record end (the edge's hooks and metrics).
+Ended = Callable[[Any, Record], object]
 
 #: Background revalidations on asyncio, kept referenced until they end.
 _TASKS: set[asyncio.Task[None]] = set()
@@ -60,9 +70,7 @@ def _streams(lib: Any) -> tuple[type[Any], type[Any]]:
     return Tee, ATee
 
 
-def _io(
-    fam: Family, request: Any, ended: Callable[[Any, Record], object], sync: bool
-) -> EdgeIO[Any]:
+def _io(fam: Library, request: Any, ended: Ended, sync: bool) -> EdgeIO[Any]:
     """How the cache layer reads, builds, tees and finishes this library's responses."""
     tee_sync, tee_async = _streams(fam.lib)
 
@@ -123,20 +131,22 @@ def _with(request: Any, extra: dict[str, str]) -> Any:
     return request
 
 
-def send(edge: SyncEdge[Any], cache: HttpCache, request: Any) -> Any:
-    """``request`` through ``cache``, sent through ``edge``'s retry flow when it must be."""
-    origin = edge._origin(request)
-    core = edge._core
-
-    def ended(response: Any, record: Record) -> object:
-        return core._ended(origin, response, record)
+def send_cached(
+    fam: Library,
+    cache: HttpCache,
+    request: Any,
+    ended: Ended,
+    handle: Callable[[Any], Any],
+    sleep: Callable[[float], Any],
+) -> Any:
+    """``request`` through ``cache``; ``handle`` sends it through the edge's retry flow."""
 
     def network(extra: dict[str, str]) -> Any:
-        return edge._handle(_with(request, extra))
+        return handle(_with(request, extra))
 
     headers = request.headers.multi_items()
-    io = _io(edge.family, request, ended, sync=True)
-    return cached_send(cache, io, request.method, str(request.url), headers, network, edge._sleep)
+    io = _io(fam, request, ended, sync=True)
+    return cached_send(cache, io, request.method, str(request.url), headers, network, sleep)
 
 
 def _spawn(work: Callable[[], Awaitable[None]]) -> None:
@@ -154,19 +164,21 @@ def _spawn(work: Callable[[], Awaitable[None]]) -> None:
     task.add_done_callback(_TASKS.discard)
 
 
-async def send_async(edge: AsyncEdge[Any], cache: HttpCache, request: Any) -> Any:
-    """Async twin of :func:`send`."""
-    origin = edge._origin(request)
-    core = edge._core
-
-    def ended(response: Any, record: Record) -> object:
-        return core._ended(origin, response, record)
+async def send_async_cached(
+    fam: Library,
+    cache: HttpCache,
+    request: Any,
+    ended: Ended,
+    handle: Callable[[Any], Awaitable[Any]],
+    sleep: Callable[[float], Any],
+) -> Any:
+    """Async twin of :func:`send_cached`."""
 
     async def network(extra: dict[str, str]) -> Any:
-        return await edge._handle(_with(request, extra))
+        return await handle(_with(request, extra))
 
     headers = request.headers.multi_items()
-    io = _io(edge.family, request, ended, sync=False)
+    io = _io(fam, request, ended, sync=False)
     return await cached_send_async(
-        cache, io, request.method, str(request.url), headers, network, edge._sleep, _spawn
+        cache, io, request.method, str(request.url), headers, network, sleep, _spawn
     )

@@ -39,6 +39,7 @@ from ..policy import RetryPolicy
 from .base import Edge, EdgeCore, RequestInfo, cut_on_asyncio, drainable
 from .cost import USAGE_LIMIT, CallCost, estimate_tokens, usage_of
 from .flow import Failure, Reply
+from .httpx_cached import Ended, send_async_cached, send_cached
 from .httpx_deadline import ENDS, cut_at_deadline
 
 __all__ = ["SDK_RETRY_COUNT", "AsyncEdge", "Family", "SyncEdge"]
@@ -358,6 +359,15 @@ class _Edge(Edge, Generic[T]):
         url = request.url
         return origin_key(url.scheme, url.raw_host, url.port)
 
+    def _ends(self, request: Any) -> Ended:
+        """How a cached call of ``request`` ends: the edge's hooks and metrics."""
+        origin, core = self._origin(request), self._core
+
+        def ended(response: Any, record: Any) -> object:
+            return core._ended(origin, response, record)
+
+        return ended
+
     def _info(self, request: Any) -> RequestInfo:
         key = self._core.policy.idempotency_header
         return RequestInfo(
@@ -433,9 +443,9 @@ class SyncEdge(_Edge[S]):
         """Send ``request`` through the cache (if any) and the retry flow; return the response."""
         if self.cache is None:
             return self._handle(request)
-        from .httpx_cached import send
-
-        return send(self, self.cache, request)
+        return send_cached(
+            self.family, self.cache, request, self._ends(request), self._handle, self._sleep
+        )
 
     def _handle(self, request: Any) -> Any:
         """Send ``request`` through the retry flow; return the last response."""
@@ -508,9 +518,9 @@ class AsyncEdge(_Edge[A]):
         """Send ``request`` through the cache (if any) and the retry flow; return the response."""
         if self.cache is None:
             return await self._handle(request)
-        from .httpx_cached import send_async
-
-        return await send_async(self, self.cache, request)
+        return await send_async_cached(
+            self.family, self.cache, request, self._ends(request), self._handle, self._sleep
+        )
 
     async def _handle(self, request: Any) -> Any:
         """Send ``request`` through the retry flow; return the last response."""

@@ -2,7 +2,7 @@
 :class:`HttpCache`: the configured cache, its store, its claims and how it makes entries.
 
 One request's way through it is a :class:`~smoothclient.httpcache.lookup.Lookup`
-(:meth:`HttpCache.lookup`); docs/http-cache.md says how the whole works.
+(made by the edges, above this module); docs/http-cache.md says how the whole works.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TypeVar
 from .._validate import fraction, optional_seconds, seconds
 from ..window import jittered_lifetime, xfetch_due
 from .entry import Entry, Junk
-from .lookup import Lookup
 from .rules import Headers, freshness, vary_names, vary_values
 from .stores import Store, open_store
 
@@ -154,10 +153,6 @@ class HttpCache:
             f"sie={self.stale_if_error})"
         )
 
-    def lookup(self, method: str, url: str, headers: Headers) -> Lookup:
-        """Begin one request's way through the cache (call :meth:`Lookup.step` next)."""
-        return Lookup(self, method, url, list(headers))
-
     def close(self) -> None:
         """Close the store's connections."""
         self._safe("close", self.store.close, None)
@@ -236,7 +231,8 @@ class HttpCache:
 
     def entry(
         self,
-        lookup: Lookup,
+        key: str,
+        request_headers: Headers,
         status: int,
         headers: Headers,
         body: bytes,
@@ -246,7 +242,9 @@ class HttpCache:
         first: bool = False,
     ) -> Entry:
         """
-        The entry for a response to ``lookup``'s request, its refresh point drawn.
+        The entry for a response to the request of ``key``, its refresh point drawn.
+
+        ``request_headers``: that request's, for the values of the fields it varies on.
 
         ``first``: stored on a miss (its first point is spread wider: docs/http-cache.md
         section 3).
@@ -257,12 +255,12 @@ class HttpCache:
         caller_swr = self.stale_while_revalidate or 0.0
         caller_sie = self.stale_if_error or 0.0
         return Entry(
-            key=lookup.key,
+            key=key,
             status=status,
             headers=pairs,
             body=body,
             vary=names,
-            selected=vary_values(names, lookup.headers),
+            selected=vary_values(names, request_headers),
             born=found.born,
             lifetime=found.lifetime,
             refresh=self._refresh_point(found.lifetime, first=first),

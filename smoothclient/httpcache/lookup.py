@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from .cache import HttpCache
 from .entry import Entry
 from .rules import (
     CACHEABLE_METHODS,
@@ -34,7 +35,6 @@ from .rules import (
 )
 
 if TYPE_CHECKING:
-    from .cache import HttpCache
     from .rules import Headers
 
 __all__ = [
@@ -233,7 +233,14 @@ class Lookup:
         if status == 304 and entry is not None:
             merged = merge_304(entry.headers, pairs)
             updated = cache.entry(
-                self, entry.status, merged, entry.body, self.sent, now, first=self._late(entry)
+                self.key,
+                self.headers,
+                entry.status,
+                merged,
+                entry.body,
+                self.sent,
+                now,
+                first=self._late(entry),
             )
             cache.put(updated)
             self.done()
@@ -290,7 +297,8 @@ class Lookup:
         headers = [(k, v) for k, v in recorder.headers if k.lower() not in dropped]
         headers.append(("Content-Length", str(len(body))))
         entry = self.cache.entry(
-            self,
+            self.key,
+            self.headers,
             recorder.status,
             headers,
             body,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import _namespace
+from .._lazy import namespace
 
 if TYPE_CHECKING:
     from .pacer import Pacer
@@ -30,4 +30,4 @@ NAMES: dict[str, str] = {
 __all__ = ["GITHUB_SCOPES", "Pacer", "ScopeRequest", "ScopeRule", "ScopeRules"]
 
 
-__getattr__ = _namespace(__name__, NAMES, globals())
+__getattr__ = namespace(__name__, NAMES, globals())

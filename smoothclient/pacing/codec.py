@@ -28,8 +28,7 @@ from typing import Any
 from ..policy import RetryBudget
 from .budget import BudgetCounts
 from .gcra import Gcra
-from .outage import Outage
-from .state import MAX_SUCCESSES, OriginState
+from .state import MAX_SUCCESSES, OriginState, Outage
 
 __all__ = ["clamped", "dump", "load"]
 

@@ -39,11 +39,8 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the state holds an Outage: this module sits below it
-    from .state import OriginState, Settings
+from .state import HORIZON, PROBE_GAP, OriginState, Outage, Settings
 
 __all__ = [
     "DOWN_AFTER",
@@ -62,9 +59,6 @@ DOWN_AFTER = 12
 #: ... over at least this long (seconds): a herd's answers, all failed within a few
 #: milliseconds, say nothing of how long the origin fails.
 MIN_SPAN = 0.25
-#: The first gap between probes of an origin that is down (seconds); each failed probe
-#: widens it by half, up to :data:`MAX_PROBE_GAP`.
-PROBE_GAP = 0.25
 #: The widest gap between probes: an origin back is found within about this long.
 MAX_PROBE_GAP = 1.0
 #: After reopening, a 5xx counts as a throttle (it cuts the release rate) for this long.
@@ -83,20 +77,6 @@ SMOOTHING = 0.25
 #: Statuses that say the origin failed the request (not a rate limit, not the client's fault).
 FAILURE_STATUSES = frozenset({500, 502, 503, 504})
 _GOLDEN = 0.6180339887498949
-
-
-@dataclass(slots=True)
-class Outage:
-    """The outage rule's part of an origin's state (moved only by this module)."""
-
-    fails: int = 0  # failures since the last success (a run)
-    first_fail: float = -1e18  # when the run began
-    served: float = 0.0  # answers in the second before the run began (req/s; see failed)
-    down_since: float | None = None  # when the origin was marked down (None: it is not)
-    gap: float = PROBE_GAP  # the gap before the next probe
-    probes: int = 0  # probes sent since the origin went down
-    release_until: float = -1e18  # after reopening: 5xx are throttles until then
-    closed_until: float = -1e18  # the gate this rule closed (a server's Retry-After is not)
 
 
 def is_failure(status: int) -> bool:
@@ -274,8 +254,6 @@ def timed(o: OriginState, s: Settings, now: float, sent_at: float | None, *, ok:
         # the controller grew it past what the bound last held back, or may have cut it (a
         # failure): its rate stands
         o.unbounded = rate
-    from .state import HORIZON  # (here: that module imports this one)
-
     pace = o.pace
     old = pace.interval
     pace.rate = min(o.unbounded, bound)

@@ -27,8 +27,8 @@ from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checka
 from ..engine.decide import CohortView
 from ..hints.model import Hints
 from ..policy import RetryBudget
+from . import admission as adm
 from . import learning
-from . import state as st
 from .budget import BudgetCounts
 from .keys import LruMap
 from .state import Admission, OriginState, OriginView, Settings
@@ -380,25 +380,25 @@ class MemoryTracker:
         self.state = OriginState()
         self.lock = threading.Lock()
         # the fast lane's two calls, bound to the state once (lock-free; see OriginState)
-        self.healthy: Callable[[float], bool] = functools.partial(st.healthy, self.state)
+        self.healthy: Callable[[float], bool] = functools.partial(adm.healthy, self.state)
         self.note_success: Callable[[float], None] = self.state.succeeded
         self._counts: tuple[RetryBudget, BudgetCounts] | None = None  # the last budget's
 
     def try_now(self, now: float) -> bool:
         with self.lock:
-            return st.try_now(self.state, self.settings, now)
+            return adm.try_now(self.state, self.settings, now)
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
         with self.lock:
-            return st.acquire(self.state, self.settings, now, not_before, deadline)
+            return adm.acquire(self.state, self.settings, now, not_before, deadline)
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
         with self.lock:
-            return st.when(self.state, self.settings, now, not_before, deadline)
+            return adm.when(self.state, self.settings, now, not_before, deadline)
 
     def sent(self) -> None:
         with self.lock:
@@ -434,7 +434,7 @@ class MemoryTracker:
 
     def cohort(self, now: float) -> CohortView:
         with self.lock:
-            return st.cohort(self.state, now)
+            return adm.cohort(self.state, now)
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         # lock-free, like note_success: on the healthy lane of every request (a lock cost a
@@ -451,7 +451,7 @@ class MemoryTracker:
 
     def view(self, now: float) -> OriginView:
         with self.lock:
-            return st.view(self.key, self.state, now)
+            return adm.view(self.key, self.state, now)
 
     def update(self, step: Callable[[OriginState], T]) -> T:
         with self.lock:

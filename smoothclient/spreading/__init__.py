@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import _namespace
+from .._lazy import namespace
 
 if TYPE_CHECKING:
     from .jittered import jittered
@@ -48,4 +48,4 @@ __all__ = [
 ]
 
 
-__getattr__ = _namespace(__name__, NAMES, globals())
+__getattr__ = namespace(__name__, NAMES, globals())

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import _namespace
+from .._lazy import namespace
 from ..events import CallEnded, RetryEvent
 from ..policy import DEFAULT_POLICY, RetryPolicy
 
@@ -31,7 +31,7 @@ __all__ = [
 ]
 #: The adapters, each loaded on first use (each needs its extra).
 NAMES: dict[str, str] = {"OpenTelemetryHooks": "otel", "PrometheusHooks": "prometheus"}
-__getattr__ = _namespace(__name__, NAMES, globals(), {"otel": "otel", "prometheus": "prometheus"})
+__getattr__ = namespace(__name__, NAMES, globals(), {"otel": "otel", "prometheus": "prometheus"})
 
 E = TypeVar("E")
 

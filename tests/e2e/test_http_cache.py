@@ -24,7 +24,7 @@ import pytest
 import requests
 
 from smoothclient import HttpCache, SmoothAdapter, record_of
-from smoothclient.httpcache.lookup import Fetch
+from smoothclient.httpcache.lookup import Fetch, Lookup
 from smoothclient.testing import FakeClock
 from smoothclient.tools.debian import Unavailable, ensure_nginx
 from smoothclient.tools.redis_server import RedisServer, binary
@@ -236,9 +236,9 @@ def test_a_fleet_on_redis_shares_entries_and_one_revalidation(nginx: Nginx, redi
     session(a).get(url)
     assert record_of(session(b).get(url)).cache == "hit"  # type: ignore[union-attr]
     clock.advance(61)
-    leader = a.lookup("GET", url, [])
+    leader = Lookup(a, "GET", url, [])
     assert isinstance(leader.step(), Fetch)  # holds the fleet's lock key
-    follower = b.lookup("GET", url, [])
+    follower = Lookup(b, "GET", url, [])
     assert type(follower.step()).__name__ == "Wait"
     leader.done()
     assert isinstance(follower.step(), Fetch)

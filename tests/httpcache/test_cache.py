@@ -8,7 +8,7 @@ import random
 import pytest
 
 from smoothclient.httpcache import HttpCache
-from smoothclient.httpcache.lookup import Fetch, Keep, Serve, Wait
+from smoothclient.httpcache.lookup import Fetch, Keep, Lookup, Serve, Wait
 from smoothclient.testing import FakeClock
 
 from .conftest import NOW, URL, OriginDown, Resp, client, fixed
@@ -111,9 +111,9 @@ def test_a_fresh_entry_due_for_refresh_serves_others_while_one_revalidates(
     c = client(wall, fixed(cache_control="max-age=100", etag='"v1"'))
     c.get()
     wall.advance(99.99)
-    first = c.cache.lookup("GET", URL, [])
+    first = Lookup(c.cache, "GET", URL, [])
     assert isinstance(first.step(), Fetch)  # it claimed the revalidation
-    second = c.cache.lookup("GET", URL, [])
+    second = Lookup(c.cache, "GET", URL, [])
     step = second.step()
     assert isinstance(step, Serve)
     assert step.label == "hit"
@@ -124,9 +124,9 @@ def test_a_stale_entry_makes_the_others_wait_for_the_one_revalidation(wall: Fake
     c = client(wall, fixed(cache_control="max-age=10", etag='"v1"'))
     c.get()
     wall.advance(20)
-    leader = c.cache.lookup("GET", URL, [])
+    leader = Lookup(c.cache, "GET", URL, [])
     assert isinstance(leader.step(), Fetch)
-    follower = c.cache.lookup("GET", URL, [])
+    follower = Lookup(c.cache, "GET", URL, [])
     assert isinstance(follower.step(), Wait)
     outcome = leader.received(304, [("Cache-Control", "max-age=10")])
     assert isinstance(outcome, Serve)
@@ -138,20 +138,20 @@ def test_a_stale_entry_makes_the_others_wait_for_the_one_revalidation(wall: Fake
 
 def test_misses_coalesce_but_not_on_an_uncacheable_url(wall: FakeClock) -> None:
     c = client(wall, fixed(cache_control="no-store"))
-    leader = c.cache.lookup("GET", URL, [])
+    leader = Lookup(c.cache, "GET", URL, [])
     assert isinstance(leader.step(), Fetch)
-    follower = c.cache.lookup("GET", URL, [])
+    follower = Lookup(c.cache, "GET", URL, [])
     assert isinstance(follower.step(), Wait)
     leader.received(200, [("Cache-Control", "no-store")])
     assert isinstance(follower.step(), Fetch)  # nothing was stored: it goes itself
-    assert isinstance(c.cache.lookup("GET", URL, []).step(), Fetch)  # and so does the next
+    assert isinstance(Lookup(c.cache, "GET", URL, []).step(), Fetch)  # and so does the next
 
 
 def test_a_waiter_gives_up_waiting_after_the_lock_timeout(wall: FakeClock) -> None:
     c = client(wall, fixed(cache_control="max-age=10"), lock_timeout=0.1)
-    leader = c.cache.lookup("GET", URL, [])
+    leader = Lookup(c.cache, "GET", URL, [])
     leader.step()
-    follower = c.cache.lookup("GET", URL, [])
+    follower = Lookup(c.cache, "GET", URL, [])
     steps = [follower.step() for _ in range(10)]
     assert isinstance(steps[-1], Fetch)
     assert sum(isinstance(s, Wait) for s in steps) == 5
@@ -432,7 +432,7 @@ def test_the_settings_are_fixed_once_made() -> None:
 
 def test_a_body_fed_as_sent_keeps_its_content_encoding(wall: FakeClock) -> None:
     c = client(wall, fixed(cache_control="max-age=60", content_encoding="gzip", body=b"zz"))
-    lookup = c.cache.lookup("GET", URL, [])
+    lookup = Lookup(c.cache, "GET", URL, [])
     lookup.step()
     kept = lookup.received(200, [("Cache-Control", "max-age=60"), ("Content-Encoding", "gzip")])
     assert isinstance(kept, Keep)
@@ -466,7 +466,7 @@ def test_a_recorder_tees_a_stream_and_stores_it_only_read_to_its_end(wall: FakeC
     from collections.abc import AsyncIterator
 
     def keep() -> Keep:
-        lookup = client(wall, fixed()).cache.lookup("GET", URL, [])
+        lookup = Lookup(client(wall, fixed()).cache, "GET", URL, [])
         lookup.step()
         kept = lookup.received(200, [("Cache-Control", "max-age=60")])
         assert isinstance(kept, Keep)

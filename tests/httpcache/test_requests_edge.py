@@ -12,6 +12,7 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from smoothclient import CallEnded, HttpCache, Pacer, RetryPolicy, SmoothAdapter, record_of
+from smoothclient.httpcache.lookup import Lookup
 from smoothclient.testing import FakeClock
 
 URL = "https://api.test/items"
@@ -189,7 +190,7 @@ def test_a_streamed_response_left_unread_holds_nobody_up() -> None:
     cache = adapter._cache
     assert cache is not None
     left = s.get(URL, stream=True)
-    lookup = cache.lookup("GET", URL, [])
+    lookup = Lookup(cache, "GET", URL, [])
     assert type(lookup.step()).__name__ == "Fetch"  # the key is free: no Wait
     lookup.done()
     left.close()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from smoothclient.hints import Hints
+from smoothclient.pacing import admission as adm
 from smoothclient.pacing import learning
-from smoothclient.pacing import state as st
 from smoothclient.pacing.codec import dump, load
 from smoothclient.pacing.state import OriginState, Settings
 from smoothclient.policy import RetryBudget
@@ -17,7 +17,7 @@ S = Settings()
 def busy_state() -> OriginState:
     """A state that went through quotas, throttles, a window and budgets."""
     o = OriginState()
-    st.acquire(o, S, 0.0, 0.0, None)
+    adm.acquire(o, S, 0.0, 0.0, None)
     learning.observe(
         o,
         S,
@@ -62,7 +62,7 @@ def test_a_loaded_state_takes_the_same_steps() -> None:
     o = busy_state()
     back = load(dump(o))
     for when in (5.0, 6.0, 9.0):
-        assert st.acquire(back, S, when, 0.0, None) == st.acquire(o, S, when, 0.0, None)
+        assert adm.acquire(back, S, when, 0.0, None) == adm.acquire(o, S, when, 0.0, None)
 
 
 def test_garbage_reads_as_a_fresh_state() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from smoothclient import Hints
+from smoothclient.pacing import admission as adm
 from smoothclient.pacing import crowd, learning
 from smoothclient.pacing import state as st
 
@@ -22,7 +23,7 @@ def test_a_throttle_while_others_are_served_sets_the_window_not_the_rate() -> No
     assert o.crowd_window == 5.0
     assert o.pace.rate is None
     assert list(o.throttles) == [10.0]  # kept for the rate controller all the same
-    assert not st.healthy(o, 10.0)
+    assert not adm.healthy(o, 10.0)
 
 
 def test_the_window_takes_the_fewest_others_seen() -> None:
@@ -98,29 +99,29 @@ def test_successes_keep_the_quickest_time_and_widen_a_full_window() -> None:
 def test_a_full_window_holds_requests_and_frees_a_place_per_answer() -> None:
     o = slow(in_flight=2)
     o.crowd_window, o.crowd_moved = 3.0, 10.0
-    assert st.try_now(o, S, 10.0)  # the third place
+    assert adm.try_now(o, S, 10.0)  # the third place
     assert o.in_flight == 3
-    assert not st.try_now(o, S, 10.01)
-    admission = st.acquire(o, S, 10.01, 10.01, None)
+    assert not adm.try_now(o, S, 10.01)
+    admission = adm.acquire(o, S, 10.01, 10.01, None)
     assert not admission.final
     assert admission.delay == st.PROBE_POLL
     learning.observe(o, S, 200, Hints(), 10.1, sent_at=10.0, counted=True)
-    assert st.acquire(o, S, 10.1, 10.1, None).final
+    assert adm.acquire(o, S, 10.1, 10.1, None).final
 
 
 def test_a_full_window_that_hears_nothing_back_lets_one_go() -> None:
     """Counts of a fleet's process that ended unwritten never hold an origin for good."""
     o = slow(in_flight=3, latency=0.1)
     o.crowd_window, o.crowd_moved = 3.0, 10.0
-    assert not st.try_now(o, S, 10.0 + 0.9 * st.STALE * 0.1)
-    assert st.try_now(o, S, 10.0 + 1.1 * st.STALE * 0.1)
+    assert not adm.try_now(o, S, 10.0 + 0.9 * st.STALE * 0.1)
+    assert adm.try_now(o, S, 10.0 + 1.1 * st.STALE * 0.1)
 
 
 def test_a_cohort_under_a_window_is_paced_by_it() -> None:
     o = slow()
-    assert not st.cohort(o, 0.0).paced
+    assert not adm.cohort(o, 0.0).paced
     o.crowd_window = 2.0
-    assert st.cohort(o, 0.0).paced
+    assert adm.cohort(o, 0.0).paced
 
 
 def test_a_shared_store_keeps_the_rate_controller() -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from smoothclient import Hints
+from smoothclient.pacing import admission as adm
 from smoothclient.pacing import controller, learning
 from smoothclient.pacing import state as st
 from smoothclient.tools.limiters import (
@@ -95,7 +96,7 @@ def _at_the_floor() -> tuple[st.OriginState, st.Settings]:
 def test_a_process_that_lost_the_first_wave_probes_within_an_epoch() -> None:
     """It measured under one request an EPOCH got through: its next slot is an EPOCH on."""
     o, s = _at_the_floor()
-    assert st.acquire(o, s, 0.01, 0.01, None).delay == 0.0
+    assert adm.acquire(o, s, 0.01, 0.01, None).delay == 0.0
     assert o.pace.earliest(0.02) == pytest.approx(0.01 + controller.EPOCH)
     p, q = st.OriginState(), st.Settings(probe=0, learned_floor=2.0)
     p.first_seen = 0.0
@@ -145,7 +146,7 @@ def test_a_cut_takes_its_epoch_without_enough_evidence_since_the_last_throttle(
 def test_a_raised_rate_moves_the_slot_already_owed() -> None:
     """At a request a second, a success that raises the rate shortens the wait for the next."""
     o, s = _at_the_floor()
-    assert st.acquire(o, s, 1.0, 1.0, None).delay == 0.0  # the next one goes at 1.0 ...
+    assert adm.acquire(o, s, 1.0, 1.0, None).delay == 0.0  # the next one goes at 1.0 ...
     o.waiting -= 1
     learning.observe(o, s, 200, Hints(), 1.002, sent_at=1.0, counted=False)
     assert o.pace.rate == pytest.approx(1.5)  # ... gets through: raised by half a request
@@ -155,13 +156,13 @@ def test_a_raised_rate_moves_the_slot_already_owed() -> None:
 def test_a_request_far_from_its_slot_in_a_slow_start_asks_again_halfway() -> None:
     """A rate raised while it waits applies to it within half its wait, not after all of it."""
     o, s = _at_the_floor()
-    st.acquire(o, s, 0.01, 0.01, None)  # the slot at once; the next is 1 s on
-    answer = st.acquire(o, s, 0.02, 0.02, None)
+    adm.acquire(o, s, 0.01, 0.01, None)  # the slot at once; the next is 1 s on
+    answer = adm.acquire(o, s, 0.02, 0.02, None)
     assert not answer.final
     assert answer.delay <= 0.5
     # a gate stated by the server does not move: asked for again just before it opens
     o.gate = 5.0
-    assert st.acquire(o, s, 0.02, 0.02, None).delay == pytest.approx(5.0 - 0.02 - st.HORIZON / 2)
+    assert adm.acquire(o, s, 0.02, 0.02, None).delay == pytest.approx(5.0 - 0.02 - st.HORIZON / 2)
 
 
 def test_a_ceiling_is_refuted_by_successes_not_by_an_idle_epoch() -> None:
@@ -319,8 +320,8 @@ def test_an_early_probe_beaten_to_a_new_window_is_no_miss() -> None:
     o.known, o.kind = True, "window"
     spent = Hints(remaining=0, limit=10, reset_after=2.0)
     learning.observe(o, s, 200, spent, 0.0, sent_at=0.0, counted=False)
-    assert st.acquire(o, s, 0.0, 0.0, None).final is False  # waits: the probe goes halfway
-    probe = st.acquire(o, s, 1.0, 1.0, None)
+    assert adm.acquire(o, s, 0.0, 0.0, None).final is False  # waits: the probe goes halfway
+    probe = adm.acquire(o, s, 1.0, 1.0, None)
     assert probe.final
     assert probe.delay == 0.0
     assert o.early_sent is not None

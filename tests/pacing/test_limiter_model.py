@@ -13,6 +13,7 @@ import statistics
 import pytest
 
 from smoothclient import Hints, Pacer
+from smoothclient.pacing import admission as adm
 from smoothclient.pacing import controller, learning
 from smoothclient.pacing import state as st
 from smoothclient.pacing.store import MemoryTracker
@@ -169,7 +170,7 @@ def test_a_long_window_stated_late_is_taken_when_its_retry_after_says(
 def _probe_early(o: st.OriginState, s: st.Settings, now: float) -> float:
     """Send the next probe of a spent window: when it goes (it is admitted at once then)."""
     for _ in range(100):
-        admission = st.acquire(o, s, now, now, None)
+        admission = adm.acquire(o, s, now, now, None)
         if admission.final:
             o.waiting, o.in_flight = 0, 1
             return now + admission.delay

@@ -8,9 +8,10 @@ import pytest
 
 from smoothclient.hints import Hints
 from smoothclient.pacing import learning, outage
+from smoothclient.pacing.admission import acquire, healthy, try_now, view
 from smoothclient.pacing.codec import dump, load
 from smoothclient.pacing.outage import DOWN_AFTER, MAX_PROBE_GAP, failed
-from smoothclient.pacing.state import OriginState, Settings, acquire, healthy, try_now, view
+from smoothclient.pacing.state import OriginState, Settings
 
 S = Settings()
 

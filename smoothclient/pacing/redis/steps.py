@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 from ...engine.decide import CohortView
 from ...hints.model import Hints
 from ...policy import RetryBudget
+from .. import admission as adm
 from .. import learning
 from .. import state as st
 from ..state import Admission, OriginState, Settings
@@ -64,26 +65,26 @@ class RedisSteps:
         self.t = tracker
 
     def healthy(self, now: float) -> Steps[bool]:
-        return self.read(lambda o: st.healthy(o, now))
+        return self.read(lambda o: adm.healthy(o, now))
 
     def try_now(self, now: float) -> Steps[bool]:
         s = self.t.settings
         return self.t._step(
-            lambda o: st.try_now(o, s, now), lambda f: f.try_now(now), lambda: False
+            lambda o: adm.try_now(o, s, now), lambda f: f.try_now(now), lambda: False
         )
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Steps[Admission]:
         s = self.t.settings
-        return self.read(lambda o: st.when(o, s, now, not_before, deadline))
+        return self.read(lambda o: adm.when(o, s, now, not_before, deadline))
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Steps[Admission]:
         s = self.t.settings
         return self.t._step(
-            lambda o: st.acquire(o, s, now, not_before, deadline),
+            lambda o: adm.acquire(o, s, now, not_before, deadline),
             lambda f: f.acquire(now, not_before=not_before, deadline=deadline),
             lambda: Admission(st.PROBE_POLL, final=False),  # ask again in a moment
         )
@@ -114,7 +115,7 @@ class RedisSteps:
         return self.t._step(learn(counted), fallback)
 
     def cohort(self, now: float) -> Steps[CohortView]:
-        return self.read(lambda o: st.cohort(o, now))
+        return self.read(lambda o: adm.cohort(o, now))
 
     def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
         return self.t._step(

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from ...engine.decide import CohortView
 from ...hints.model import Hints
 from ...policy import RetryBudget
-from .. import state as st
+from .. import admission as adm
 from ..codec import KEEP, clamped, dump, load
 from ..state import MAX_SUCCESSES, Admission, OriginState, OriginView, Settings
 from ..store import MemoryTracker, Steps, Trip, run
@@ -476,7 +476,7 @@ class RedisTracker:
     # ------------------------------------------------------------------ the protocol
 
     def _healthy(self, now: float) -> bool:
-        return self.read(lambda o: st.healthy(o, now))
+        return self.read(lambda o: adm.healthy(o, now))
 
     @property
     def note_success(self) -> Callable[[float], None]:
@@ -557,7 +557,7 @@ class RedisTracker:
 
     def view(self, now: float) -> OriginView:
         key = self.key
-        return self.read(lambda o: st.view(key, o, now))
+        return self.read(lambda o: adm.view(key, o, now))
 
 
 def _unchanged(_: object) -> None:

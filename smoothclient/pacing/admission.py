@@ -1,0 +1,258 @@
+"""
+Admission to an origin: when a request may go, as pure functions of its state.
+
+Each function takes the origin's :class:`~.state.OriginState`, the pacer's
+:class:`~.state.Settings` and ``now``, and updates the state in place; a store applies it
+atomically (see :mod:`.store`).  How answers move the state is in :mod:`.learning`,
+:mod:`.controller`, :mod:`.crowd` and :mod:`.outage`.
+"""
+
+from __future__ import annotations
+
+from ..engine.decide import CohortView
+from .outage import taken
+from .state import (
+    EARLY_MAX,
+    EARLY_MISSES,
+    HORIZON,
+    INF,
+    PROBE_POLL,
+    PROBE_WAIT,
+    STALE,
+    Admission,
+    OriginState,
+    OriginView,
+    Settings,
+)
+
+__all__ = ["acquire", "cohort", "healthy", "try_now", "view", "when"]
+
+
+def _probing(o: OriginState, s: Settings, now: float) -> Admission | None:
+    """
+    Starts the cold-start probe if none went yet; the wait behind it, if one is out.
+
+    A probe not answered within ``probe`` seconds (a slow origin, an event loop starved by the
+    herd waiting on it) lets one more request go as a probe, not the whole herd: released at
+    once, a thousand asyncio tasks sent 650 requests into a bucket of 20 (700 429s).  The
+    first answer, whichever it is, ends the probing (:func:`~.learning.observe`).
+    """
+    if o.known or s.probe == 0:
+        return None
+    if o.probe_until is None or now >= o.probe_until:
+        o.probe_until = now + s.probe
+        return None  # this request is the probe (the first, or one more: the last is late)
+    return _behind_probe(o, s, now)
+
+
+def _behind_probe(o: OriginState, s: Settings, now: float) -> Admission | None:
+    """
+    The wait of a request behind an outstanding cold-start probe (reads only).
+
+    Polled more slowly the longer the probe is out (an eighth of that time, at most
+    ``HORIZON``): a thousand tasks polling every 5 ms starved the loop the answer comes on.
+    """
+    if o.known or s.probe == 0 or o.probe_until is None or now >= o.probe_until:
+        return None
+    out = max(0.0, now - o.first_seen)
+    poll = min(HORIZON, max(PROBE_POLL, out / 8))
+    return Admission(min(poll, o.probe_until - now), final=False)
+
+
+def _plan(
+    o: OriginState, now: float, not_before: float, deadline: float | None
+) -> tuple[Admission, float | None]:
+    """The answer for a slot no earlier than ``not_before``, and the slot if it is granted."""
+    if _crowd_full(o, now):  # asked again soon: an answer frees a place
+        return Admission(PROBE_POLL, final=False), None
+    start = max(now, not_before, o.gate)
+    at = _slot(o, start)
+    if at is None:  # a reset is being probed: its answer says how many may go
+        return Admission(
+            max(PROBE_POLL, (o.reset_probe or now) - now + PROBE_POLL), final=False
+        ), None
+    if deadline is not None and at > deadline:
+        closed = None if o.closed is None or o.closed <= now else o.closed - now
+        return Admission(at - now, final=True, granted=False, closed_for=closed), None
+    if at - now > HORIZON:
+        # too far ahead to fix a slot: the rate may change before then; ask again
+        again = at - now - HORIZON / 2
+        pace = o.pace
+        if (
+            o.learned
+            and pace.interval > HORIZON
+            and pace.rate is not None
+            and pace.rate < o.ceiling
+        ):
+            # a learned rate slow-starting from under one request a HORIZON (a fleet's
+            # process that lost the first wave, paced from the floor) grows with each success
+            # and every slot with it: ask again halfway, so a rate raised meanwhile applies
+            # within half the wait, not after all of it
+            again = min(again, start - now + (at - start) / 2)
+        if o.in_flight and o.avail is not None and o.avail < 1:
+            # the ledger ran out with answers in flight: an overtaken one gives a token back
+            again = min(again, HORIZON / 2)
+        return Admission(again, final=False), None
+    return Admission(at - now), at
+
+
+def acquire(
+    o: OriginState, s: Settings, now: float, not_before: float, deadline: float | None
+) -> Admission:
+    """
+    Reserve a slot no earlier than ``not_before``.
+
+    A granted final admission counts the request as waiting until it is sent or cancelled.
+    """
+    probing = _probing(o, s, now)
+    if probing is not None:
+        return probing
+    answer, at = _plan(o, now, not_before, deadline)
+    if at is not None:
+        _take(o, at)
+        o.waiting += 1
+    return answer
+
+
+def when(
+    o: OriginState, s: Settings, now: float, not_before: float, deadline: float | None
+) -> Admission:
+    """What :func:`acquire` would answer, reserving nothing."""
+    return _behind_probe(o, s, now) or _plan(o, now, not_before, deadline)[0]
+
+
+def _slot(o: OriginState, at: float) -> float | None:
+    """
+    The earliest time from ``at`` the model admits a request; ``None``: after a probe's answer.
+
+    What the ledger says the quota still holds goes at once (at the pace of the GCRA mirror,
+    if any).  Once it is spent, a bucket (or an unknown limiter with a known rate) is paced by
+    the GCRA mirror; a window, or a quota whose rate is unknown, admits nothing until its
+    reset, and after the reset one request goes alone: its answer says what the new window
+    holds.
+    """
+    closed = o.closed is not None and at < o.closed
+    if o.avail is None or o.avail >= 1 or (o.kind != "window" and o.pace.interval and not closed):
+        return o.pace.earliest(at)
+    if o.reset_probe is not None and at < o.reset_probe + PROBE_WAIT:
+        return None  # another request probes the reset
+    reset = o.reset_at
+    if reset is None:
+        return at
+    if (
+        (o.kind == "window" or closed)
+        and o.early_misses < EARLY_MISSES
+        and o.exhausted
+        and at < reset
+    ):
+        # A stated reset is a bound: servers round it up (GitHub) or add to it (slowapi adds
+        # a second).  One probe goes early: halfway at first (EARLY_MAX at most), then as
+        # early before the stated reset as the last one that got through; a little later
+        # after a miss, and none after a few misses in a row.
+        if o.early_lead is None:
+            return max(at, reset - min(EARLY_MAX, (reset - o.exhausted[0]) / 2))
+        return max(at, o.exhausted[0], reset - min(EARLY_MAX, o.early_lead))
+    return max(at, reset)
+
+
+def _take(o: OriginState, at: float) -> None:
+    """Spend a slot at ``at``: the GCRA's, the ledger's, or the reset probe's."""
+    o.pace.take(at)
+    if o.outage.down_since is not None:
+        taken(o, at)  # the probe of an origin that is down
+    if o.crowd_window != INF:
+        o.crowd_moved = at
+    o.first_seen = min(o.first_seen, at)
+    o.period_sent += 1
+    if o.avail is not None:
+        if o.avail < 1 and (o.kind == "window" or not o.pace.interval or o.closed is not None):
+            o.reset_probe = at  # this request probes the reset; the others wait for its answer
+            if o.reset_at is not None and at < o.reset_at:
+                o.early_sent = (at, o.reset_at)
+        o.avail -= 1
+        if o.avail < 1 and o.exhausted is None and o.reset_at is not None and at < o.reset_at:
+            o.exhausted = (at, o.reset_at)
+
+
+def _crowd_full(o: OriginState, now: float) -> bool:
+    """
+    The crowd window (see :mod:`.crowd`) has no place for one more request.
+
+    Unless it admitted nothing and heard nothing back for :data:`STALE` service times: the
+    requests it counts are not being served then (a process of a fleet that ended before it
+    wrote its last count, a request lost), and one goes all the same: the window never stops
+    an origin for good.
+    """
+    if o.in_flight + o.waiting + 1 <= o.crowd_window:
+        return False
+    return now - o.crowd_moved < STALE * (o.latency or 0.0)
+
+
+def healthy(o: OriginState | None, now: float) -> bool:
+    """Known, open, unpaced, no quota ledger, no window, nobody waiting: no admission at all."""
+    return (
+        o is not None
+        and o.known
+        and not o.pace.interval
+        and o.gate <= now
+        and not o.waiting
+        and o.kind != "window"
+        and o.crowd_window == INF
+        and o.outage.down_since is None
+    )
+
+
+def try_now(o: OriginState, s: Settings, now: float) -> bool:
+    """Admit one request at once if a slot is free now (counted in flight); else nothing."""
+    if _probing(o, s, now) is not None or o.waiting or _crowd_full(o, now):
+        return False
+    at = _slot(o, max(now, o.gate))
+    if at is None or at > now:
+        return False
+    _take(o, now)
+    o.in_flight += 1
+    return True
+
+
+# ---------------------------------------------------------------------------- views
+
+
+def cohort(o: OriginState, now: float) -> CohortView:
+    """What the retry engine needs: waiting requests, admitted rate, gate."""
+    return CohortView(
+        waiting=o.waiting + 1,
+        admitted_rate=o.pace.rate,
+        opens_in=max(0.0, o.gate - now),
+        # a window's ledger gives each request its own slot too: all it holds, then its reset
+        # (and the crowd window admits each as a place frees)
+        paced=o.pace.rate is not None
+        or (o.kind == "window" and o.avail is not None)
+        or o.crowd_window != INF,
+    )
+
+
+def view(origin: str, o: OriginState, now: float) -> OriginView:
+    """A snapshot of the state, for monitoring."""
+    return OriginView(
+        origin,
+        o.pace.rate,
+        o.pace.burst,
+        max(0.0, o.gate - now),
+        o.waiting,
+        o.in_flight,
+        o.learned,
+        o.avail,
+        o.limit,
+        None if o.reset_at is None else max(0.0, o.reset_at - now),
+        o.kind,
+        _window(o),
+        None if o.outage.down_since is None else max(0.0, now - o.outage.down_since),
+        None if o.closed is None or o.closed <= now else o.closed - now,
+    )
+
+
+def _window(o: OriginState) -> float | None:
+    """The quota's window as the model sees it (``None``: no quota, or no way to tell)."""
+    if o.limit and o.pace.rate and not o.learned:
+        return o.limit / o.pace.rate
+    return o.window_guesses.get(o.limit)
