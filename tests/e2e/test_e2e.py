@@ -190,7 +190,8 @@ def test_adapter_herd_is_paced(server: LimitedServer) -> None:
         for t in threads:
             t.join()
     assert statuses == [200] * 20
-    assert server.count(429) <= 2
+    assert server.count(429) <= 4  # (threads start when the machine lets them: a loaded one
+    # ran the herd's first wave apart, and a third 429 came; a herd unpaced sees 10 or more)
 
 
 def test_a_pickled_session_still_retries_and_paces(server: LimitedServer) -> None:

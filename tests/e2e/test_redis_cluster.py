@@ -394,6 +394,7 @@ def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
     cluster = clusters["async herd"]
     trips = RoundTrips(monkeypatch)
     policy = RetryPolicy(attempts=20, timeout=20, wait_initial=0.01, wait_max=0.2)
+    lags: list[float] = [0.0]
 
     async def main(limited: LimitedServer, node: RedisServer) -> list[int]:
         pacers = fleet(cluster, 2)
@@ -410,7 +411,13 @@ def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
             await asyncio.sleep(0.05)
             await asyncio.to_thread(cluster.kill, node)
 
-        await asyncio.gather(killer(), *(get(c, n) for c in clients for n in range(30)))
+        async def ticker() -> None:  # how late the loop runs a task (a loaded machine's)
+            while len(statuses) < 60:
+                started = time.monotonic()
+                await asyncio.sleep(0.01)
+                lags.append(time.monotonic() - started - 0.01)
+
+        await asyncio.gather(killer(), ticker(), *(get(c, n) for c in clients for n in range(30)))
         for client in clients:
             await client.aclose()
         tracker = pacers[0].track(origin)
@@ -425,7 +432,8 @@ def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
         statuses = asyncio.run(main(limited, node))
     assert statuses == [200] * 60
     assert trips.took
-    assert max(trips.took) < 0.5  # each bounded by the store's timeout (and a turn of the loop)
+    # each bounded by the store's timeout, and the turns of the loop the task waited for
+    assert max(trips.took) < 0.5 + 2 * max(lags)
 
 
 def test_a_master_away_pauses_its_own_keys_only(
