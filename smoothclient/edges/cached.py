@@ -42,27 +42,33 @@ section 4 says what each outcome does.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import inspect
+import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ..events import CallRecord
 from ..httpcache.cache import HttpCache
 from ..httpcache.entry import Entry
-from ..httpcache.lookup import Fetch, Keep, Lookup, Recorder, Refuse, Serve, Wait
+from ..httpcache.lookup import Fetch, Keep, Lookup, Pass, Recorder, Refuse, Serve, Wait
 
 __all__ = [
     "EdgeIO",
     "cached_send",
     "cached_send_async",
     "in_thread",
+    "off_loop",
     "refused",
     "served_record",
 ]
 
 R = TypeVar("R")
+T = TypeVar("T")
 Record = dict[str, Any]
 
 
@@ -137,11 +143,11 @@ def cached_send(
     try:
         response = send(step.headers)
     except io.failures as exc:
-        return _stand_in(lookup, io, exc)
+        return _stand_in(lookup, io, exc, lookup.failed())
     except BaseException:
         lookup.done()
         raise
-    answer = _answer(lookup, io, response)[0]
+    answer = _answer(lookup, io, response, _received(lookup, io, response))[0]
     if streamed:
         lookup.done()
     return answer
@@ -159,28 +165,37 @@ def _from_store(
     return io.build(step.entry, served_record(step.entry, step.label))
 
 
-def _stand_in(lookup: Lookup, io: EdgeIO[R], exc: BaseException) -> R:
-    """The stored response that answers for ``exc`` (stale-if-error), or ``exc`` raised."""
-    found = lookup.failed()
+def _stand_in(lookup: Lookup, io: EdgeIO[R], exc: BaseException, found: Serve | None) -> R:
+    """The stored response ``found`` that answers for ``exc`` (stale-if-error), or ``exc``."""
     if found is None:
         raise exc
     record = getattr(exc, "smoothclient", None)
     return io.build(found.entry, served_record(found.entry, found.label, record))
 
 
-def _answer(lookup: Lookup, io: EdgeIO[R], response: R) -> tuple[R, bool, object]:
-    """
-    The caller's response for the origin's ``response``, and how it was made.
-
-    Also whether it is that response, and what closing it returned (an awaitable, on async
-    edges).  A 304 (or an error a stored response stands in for) is closed and answered from
-    the store.
-    """
+def _received(lookup: Lookup, io: EdgeIO[R], response: R) -> Serve | Keep | Pass:
+    """What the lookup makes of the origin's ``response`` (the store read and written)."""
     try:
-        outcome = lookup.received(io.status(response), io.headers(response))
+        return lookup.received(io.status(response), io.headers(response))
     except BaseException:
         lookup.done()
         raise
+
+
+def _answer(
+    lookup: Lookup,
+    io: EdgeIO[R],
+    response: R,
+    outcome: Serve | Keep | Pass,
+    defer: Callable[[Callable[[], object]], object] | None = None,
+) -> tuple[R, bool, object]:
+    """
+    The caller's response for the origin's ``response`` and the lookup's ``outcome`` of it.
+
+    Also whether it is that response, and what closing it returned (an awaitable, on async
+    edges).  A 304 (or an error a stored response stands in for) is closed and answered from
+    the store.  ``defer``: where the body's recorder does the store's work at its end.
+    """
     record = io.record(response)
     if isinstance(outcome, Serve):
         closed = io.close(response)
@@ -189,6 +204,7 @@ def _answer(lookup: Lookup, io: EdgeIO[R], response: R) -> tuple[R, bool, object
     if record is not None:
         record["cache"] = lookup.label
     if isinstance(outcome, Keep):
+        outcome.recorder.defer = defer
         return io.tee(response, outcome.recorder), True, None
     return response, True, None
 
@@ -198,13 +214,65 @@ def _revalidate(
 ) -> None:
     """A background revalidation: its result stored; a failure leaves the stored copy."""
     try:
-        response, fetched, _ = _answer(lookup, io, send(fetch.headers))
+        response = send(fetch.headers)
+        response, fetched, _ = _answer(lookup, io, response, _received(lookup, io, response))
         if fetched:
             io.consume(response)  # read to its end: a Keep stores it
     except Exception:
         pass
     finally:
         lookup.done()
+
+
+#: The threads the async edges' store calls run in (made on first use, again after a fork).
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid():
+            executor = ThreadPoolExecutor(max_workers=16, thread_name_prefix="smoothclient-store")
+            _POOL = (os.getpid(), executor)
+        return _POOL[1]
+
+
+def _in_pool(work: Callable[[], object]) -> None:
+    """Run ``work`` in a store thread, not waiting for it (the end of a body read)."""
+    _pool().submit(contextvars.copy_context().run, work)
+
+
+async def off_loop(cache: HttpCache, work: Callable[[], T], cleanup: Callable[[], object]) -> T:
+    """
+    ``work()`` (a lookup's step, reading and writing the store) without blocking the loop.
+
+    At once when the cache's store is :attr:`~smoothclient.httpcache.HttpCache.inline` (the
+    memory store), else in a thread (asyncio: a pool of this module; trio: its own threads).
+    ``cleanup``: run after ``work`` if the caller is cancelled meanwhile (a claim given back).
+    """
+    if cache.inline:
+        return work()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio: trio, which waits for the thread when cancelled
+        import trio
+
+        return await trio.to_thread.run_sync(work)
+    future: Future[T] = _pool().submit(contextvars.copy_context().run, work)
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(lambda _: cleanup())
+        raise
+
+
+def _release(lookup: Lookup) -> None:
+    """Give back the lookup's claim without waiting (in a store thread, unless inline)."""
+    if lookup.cache.inline:
+        lookup.done()
+    else:
+        _in_pool(lookup.done)
 
 
 async def cached_send_async(
@@ -220,16 +288,18 @@ async def cached_send_async(
     streamed: bool = False,
 ) -> R:
     """
-    Async twin of :func:`cached_send`.
+    Async twin of :func:`cached_send`: the store's calls never block the loop.
 
     ``io.consume`` and ``io.close`` may return awaitables (awaited); ``spawn`` starts a
     background revalidation as a task (``asyncio``: keep a reference to it until it ends).
+    The lookup's steps run where :func:`off_loop` says; a body's recorder stores it from a
+    store thread, not waited for (the key stays claimed until it is stored).
     """
     lookup = Lookup(cache, method, url, list(headers))
-    step = lookup.step()
+    step = await off_loop(cache, lookup.step, lookup.done)
     while isinstance(step, Wait):
         await sleep(step.seconds)
-        step = lookup.step()
+        step = await off_loop(cache, lookup.step, lookup.done)
     if not isinstance(step, Fetch):
 
         def revalidate(fetch: Fetch) -> None:
@@ -242,29 +312,34 @@ async def cached_send_async(
     try:
         response = await send(step.headers)
     except io.failures as exc:
-        return _stand_in(lookup, io, exc)
+        return _stand_in(lookup, io, exc, await off_loop(cache, lookup.failed, lookup.done))
     except BaseException:
-        lookup.done()
+        _release(lookup)
         raise
-    answer, _, closed = _answer(lookup, io, response)
+    answer, _, closed = await _answer_async(lookup, io, response)
     await _maybe(closed)
     if streamed:
-        lookup.done()
+        _release(lookup)
     return answer
+
+
+async def _answer_async(lookup: Lookup, io: EdgeIO[R], response: R) -> tuple[R, bool, object]:
+    """:func:`_answer` with the lookup's step off the loop, the body's store work too."""
+    outcome = await off_loop(lookup.cache, lambda: _received(lookup, io, response), lookup.done)
+    defer = None if lookup.cache.inline else _in_pool
+    return _answer(lookup, io, response, outcome, defer)
 
 
 async def _revalidate_async(
     lookup: Lookup, io: EdgeIO[R], send: Callable[[dict[str, str]], Awaitable[R]], fetch: Fetch
 ) -> None:
     try:
-        response, fetched, closed = _answer(lookup, io, await send(fetch.headers))
+        response, fetched, closed = await _answer_async(lookup, io, await send(fetch.headers))
         await _maybe(closed)
         if fetched:
-            await _maybe(io.consume(response))
+            await _maybe(io.consume(response))  # read to its end: a Keep stores it
     except Exception:
-        pass
-    finally:
-        lookup.done()
+        _release(lookup)  # (a lookup that ended gives nothing back twice)
 
 
 async def _maybe(result: object) -> None:

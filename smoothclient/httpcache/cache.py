@@ -153,6 +153,15 @@ class HttpCache:
             f"sie={self.stale_if_error})"
         )
 
+    @property
+    def inline(self) -> bool:
+        """
+        Whether the store's calls never wait on I/O (the memory store's ``inline``).
+
+        The async edges make them on the event loop; any other store's in a thread.
+        """
+        return getattr(self.store, "inline", False) is True
+
     def close(self) -> None:
         """Close the store's connections."""
         self._safe("close", self.store.close, None)

@@ -13,7 +13,8 @@ docs/http-cache.md says how the whole works.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
+import threading
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -61,6 +62,8 @@ ERROR_STATUSES = frozenset({500, 502, 503, 504})
 #: Headers that describe the body as sent, not as stored (it is stored decoded).
 _FRAMING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 _TRANSFER = frozenset({"content-length", "transfer-encoding"})
+#: Makes giving a claim back once atomic: an async edge may end a lookup from two threads.
+_DONE = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,9 +322,10 @@ class Lookup:
         return self.sent >= entry.born + entry.lifetime
 
     def done(self, *, cacheable: bool = True) -> None:
-        """End the lookup: give back its claim (idempotent)."""
-        if self.claimed:
-            self.claimed = False
+        """End the lookup: give back its claim (idempotent, from any thread)."""
+        with _DONE:
+            claimed, self.claimed = self.claimed, False
+        if claimed:
             self.cache.release(self.key, cacheable=cacheable)
 
 
@@ -330,12 +334,15 @@ class Recorder:
     Collects a storable response's body as the caller reads it; stores it once read to the end.
 
     Stops collecting (and stores nothing) past ``max_body`` bytes; :meth:`abandon` when the
-    body is not read to its end.  Either ends the lookup.  The body fed is decoded (what
-    requests gives), unless :meth:`as_sent` says it is still content-encoded (what an httpx
-    transport sees): the stored headers say which.
+    body is not read to its end.  Either ends the lookup (once: what comes after is ignored).
+    The body fed is decoded (what requests gives), unless :meth:`as_sent` says it is still
+    content-encoded (what an httpx transport sees): the stored headers say which.
+
+    ``defer``: where the store's work at the end (the write, the claim given back) runs;
+    ``None``: at once.  An async edge hands it to a thread, off the event loop.
     """
 
-    __slots__ = ("at", "chunks", "encoded", "headers", "lookup", "size", "status")
+    __slots__ = ("at", "chunks", "defer", "encoded", "ended", "headers", "lookup", "size", "status")
 
     def __init__(
         self, lookup: Lookup, status: int, headers: list[tuple[str, str]], at: float
@@ -345,6 +352,8 @@ class Recorder:
         self.chunks: list[bytes] | None = []
         self.size = 0
         self.encoded = False
+        self.ended = False
+        self.defer: Callable[[Callable[[], object]], object] | None = None
 
     def as_sent(self) -> Recorder:
         """The body will be fed as sent, ``Content-Encoding`` and all (it is kept); ``self``."""
@@ -358,7 +367,7 @@ class Recorder:
         self.size += len(chunk)
         if self.size > self.lookup.cache.max_body:
             self.chunks = None
-            self.lookup.done(cacheable=False)
+            self._end(lambda: self.lookup.done(cacheable=False))
             return
         self.chunks.append(bytes(chunk))
 
@@ -376,7 +385,7 @@ class Recorder:
                 yield chunk
             ended = True
         finally:
-            self._end(ended)
+            self._ran_out(ended)
 
     async def atee(self, chunks: AsyncIterable[bytes]) -> AsyncGenerator[bytes, None]:
         """Async twin of :meth:`tee`."""
@@ -387,22 +396,32 @@ class Recorder:
                 yield chunk
             ended = True
         finally:
-            self._end(ended)
+            self._ran_out(ended)
 
-    def _end(self, ended: bool) -> None:
+    def _ran_out(self, ended: bool) -> None:
         """The stream ran out (stored) or was left (nothing stored)."""
         if ended:
             self.finish()
         else:
             self.abandon()
 
+    def _end(self, work: Callable[[], object]) -> None:
+        """End the lookup with ``work`` (once), where ``defer`` says."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.defer is None:
+            work()
+        else:
+            self.defer(work)
+
     def finish(self) -> None:
         """The body was read to its end: store it (once)."""
         if self.chunks is not None:
-            chunks, self.chunks = self.chunks, None
-            self.lookup.stored(self, b"".join(chunks))
+            body, self.chunks = b"".join(self.chunks), None
+            self._end(lambda: self.lookup.stored(self, body))
 
     def abandon(self) -> None:
         """The body will not be read to its end: store nothing."""
         self.chunks = None
-        self.lookup.done()
+        self._end(self.lookup.done)

@@ -6,7 +6,9 @@ Where stored responses live: one small seam, three stores (docs/http-cache.md se
 leaves claims to the process (every claim succeeds: :class:`HttpCache` keeps one revalidation
 per key in flight in its process); the SQLite store makes them host-wide with a row of a
 claims table, the Redis store fleet-wide with a short lock key.  A store may raise anything:
-the cache reads a failure as a miss.
+the cache reads a failure as a miss.  A store whose calls never wait on I/O says so with a
+true ``inline`` attribute (the memory store): the async edges call it on the event loop, and
+any other in a thread.
 
 Each store imports its library only when it is made: ``import smoothclient`` imports none.
 """
@@ -57,6 +59,9 @@ class MemoryStore:
     A ``cachetools.LRUCache`` sized by each entry's :attr:`~Entry.size`: an entry larger than
     the whole store is not kept.  Entries are kept as objects (no encoding on a hit).
     """
+
+    #: Its calls never wait on I/O: the async edges make them on the event loop.
+    inline = True
 
     def __init__(self, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:
         """An empty store of at most ``max_bytes``."""
