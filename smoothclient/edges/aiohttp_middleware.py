@@ -6,7 +6,9 @@ shared call around that handler: the fast lane, then the call flow (pacer admiss
 hints from every response, the retry decision, releasing the failed response, the wait).
 The session's ``timeout`` (``total``) bounds the whole call, waits and retries included; the
 policy's ``timeout`` cuts each attempt at what is left of the call's deadline (unless its
-``cut_attempts`` is ``False``).  See docs/aiohttp.md.
+``cut_attempts`` is ``False``).  See docs/aiohttp.md.  With ``cache=`` an
+:class:`~smoothclient.HttpCache` stands in front of the whole call (``edges/aiohttp_cached.py``;
+docs/http-cache.md section 4).
 
 aiohttp sends again outside its middlewares: each hop of a redirect, and an idempotent request
 once more after a closed connection.  Both go through the middleware again, as the same
@@ -34,10 +36,12 @@ import aiohttp
 from ..engine.decide import ErrorKind
 from ..errors import RateLimited
 from ..hints import FieldAccess, wants_body
+from ..httpcache.cache import HttpCache
 from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
+from .aiohttp_cached import send_cached
 from .base import Edge, EdgeCore, RequestInfo, cut_on_asyncio, drainable
 from .flow import Failure, Reply
 
@@ -209,6 +213,8 @@ class SmoothMiddleware(Edge):
             :class:`~smoothclient.pacing.ScopeRules`).
         overrides: whether :func:`~smoothclient.override_policy` blocks change its calls
             (default: only when it was given no policy or policy fields of its own).
+        cache: an :class:`~smoothclient.HttpCache` in front of the retry flow: a fresh stored
+            response answers without a request (docs/http-cache.md); ``None`` (default): none.
         **policy_fields: :class:`~smoothclient.RetryPolicy` fields (``attempts=3``), applied
             over ``policy``.
     """
@@ -222,20 +228,53 @@ class SmoothMiddleware(Edge):
         sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
         scope: ScopeFn | None = None,
         overrides: bool | None = None,
+        cache: HttpCache | None = None,
         **policy_fields: Any,
     ) -> None:
         """Check the arguments; the middleware is ready for any number of sessions."""
+        if cache is not None and not isinstance(cache, HttpCache):
+            msg = f"cache must be an HttpCache, not {type(cache).__name__}"
+            raise TypeError(msg)
         self._core = EdgeCore(
             policy, pacer, rng, HEADER_ACCESS, _route, scope, policy_fields, overrides
         )
         self._sleep = sleep
+        #: the HTTP cache in front of the retry flow (docs/http-cache.md), if any
+        self.cache = cache
 
     async def __call__(
         self, request: aiohttp.ClientRequest, handler: Handler
     ) -> aiohttp.ClientResponse:
-        """Send ``request`` through the retry flow; return the last response."""
+        """Send ``request`` through the cache (if any) and the retry flow; the last response."""
         timer = getattr(request, "_timer", None)  # aiohttp's own: one per session.request()
         began = None if _LAST.get() is None else _went_on(timer)
+        if self.cache is None:
+            return await self._call(request, handler, timer, began)
+
+        async def flow(foreground: bool) -> aiohttp.ClientResponse:
+            if foreground:
+                return await self._call(request, handler, timer, began)
+            return await self._call(request, handler, None, None)  # after the caller's call
+
+        return await send_cached(self.cache, request, self._ends(request), flow, self._sleep)
+
+    def _ends(self, request: aiohttp.ClientRequest) -> Callable[[Any, Any], object]:
+        """How a call of ``request`` the cache answered alone ends: the edge's hooks."""
+        origin, core = self._origin(request), self._core
+
+        def ended(response: aiohttp.ClientResponse, record: dict[str, Any]) -> object:
+            return core._ended(origin, _Sent(response, None), record)
+
+        return ended
+
+    async def _call(
+        self,
+        request: aiohttp.ClientRequest,
+        handler: Handler,
+        timer: object,
+        began: float | None,
+    ) -> aiohttp.ClientResponse:
+        """The retry flow; ``timer``, ``began``: aiohttp's timer, when the chain began."""
         core = self._core.under()
         if timer is not None:
             began = core.pacer.clock() if began is None else began

@@ -8,6 +8,7 @@ freshness runs out without sleeping.  Skipped where nginx or redis-server is not
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -20,10 +21,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import pytest
 import requests
 
 from smoothclient import HttpCache, SmoothAdapter, record_of
+from smoothclient.aiohttp import SmoothMiddleware
 from smoothclient.httpcache.lookup import Fetch, Lookup
 from smoothclient.testing import FakeClock
 from smoothclient.tools.debian import Unavailable, ensure_nginx
@@ -106,7 +109,7 @@ def nginx() -> Iterator[Nginx]:
     www = tmp / "www"
     for folder in ("fresh", "nocache", "nostore", "swr", "heuristic"):
         (www / folder).mkdir(parents=True)
-        for name in ("a", "b", "c"):
+        for name in ("a", "b", "c", "d", "e"):
             (www / folder / name).write_text(f"{folder}/{name}\n")
     old = time.time() - 1000  # a heuristic lifetime of 100 s
     os.utime(www / "heuristic" / "a", (old, old))
@@ -266,3 +269,67 @@ def test_junk_in_redis_and_a_dead_redis_are_misses(nginx: Nginx) -> None:
         response = s.get(url)
         assert response.status_code == 200
         assert record_of(response).cache == "miss"  # type: ignore[union-attr]
+
+
+async def _aiohttp_labels(
+    cache: HttpCache, url: str, n: int, clock: FakeClock, step: float
+) -> list[tuple[str, str]]:
+    """The cache label and body of ``n`` GETs of ``url`` through the aiohttp edge."""
+    found = []
+    async with aiohttp.ClientSession(middlewares=(SmoothMiddleware(cache=cache),)) as s:
+        for _ in range(n):
+            async with s.get(url) as response:
+                response.raise_for_status()
+                text = await response.text()
+                found.append((str(record_of(response).cache), text))  # type: ignore[union-attr]
+            clock.advance(step)
+    return found
+
+
+def test_the_aiohttp_edge_hits_then_revalidates_with_nginx_s_304(nginx: Nginx) -> None:
+    clock = FakeClock(time.time())
+    cache = HttpCache(clock=clock, jitter=0.0, spread=0.0)
+    url = f"{nginx.url}/fresh/d"
+    found = asyncio.run(_aiohttp_labels(cache, url, 3, clock, 30.5))  # the 3rd at 61 s: stale
+    assert found == [(label, "fresh/d\n") for label in ("miss", "hit", "revalidated")]
+    assert nginx.seen()[("/fresh/d", 200)] == 1
+    assert nginx.seen()[("/fresh/d", 304)] == 1
+
+
+def test_the_aiohttp_edge_refreshes_stale_while_revalidate_in_a_task(nginx: Nginx) -> None:
+    clock = FakeClock(time.time())
+    cache = HttpCache(clock=clock, jitter=0.0, spread=0.0)
+    url = f"{nginx.url}/swr/d"
+
+    async def main() -> str:
+        async with aiohttp.ClientSession(middlewares=(SmoothMiddleware(cache=cache),)) as s:
+            async with s.get(url) as first:
+                await first.read()
+            clock.advance(5)
+            async with s.get(url) as stale:
+                label = str(record_of(stale).cache)  # type: ignore[union-attr]
+                assert await stale.text() == "swr/d\n"
+            deadline = time.monotonic() + 5
+            while nginx.seen()[("/swr/d", 304)] == 0 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # the task revalidates on this loop
+        return label
+
+    assert asyncio.run(main()) == "stale"
+    assert nginx.seen()[("/swr/d", 304)] == 1
+
+
+def test_the_aiohttp_edge_shares_a_redis_cache_with_the_requests_edge(
+    nginx: Nginx, redis_url: str
+) -> None:
+    clock = FakeClock(time.time())
+    url = f"{nginx.url}/fresh/e"
+    cache = HttpCache(redis_url, clock=clock, jitter=0.0, spread=0.0)
+    assert not cache.inline  # its calls run in threads, off the loop
+    assert asyncio.run(_aiohttp_labels(cache, url, 1, clock, 0)) == [("miss", "fresh/e\n")]
+    deadline = time.monotonic() + 5
+    while cache.get(f"GET {url}") is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the write ran behind the call
+    other = HttpCache(redis_url, clock=clock, jitter=0.0, spread=0.0)
+    assert record_of(session(other).get(url)).cache == "hit"  # type: ignore[union-attr]
+    assert asyncio.run(_aiohttp_labels(cache, url, 1, clock, 0)) == [("hit", "fresh/e\n")]
+    assert nginx.seen()[("/fresh/e", 200)] == 1

@@ -12,11 +12,14 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
+import aiohttp
 import anyio
 import httpx
 import pytest
+from aiohttp import web
 
 from smoothclient import AsyncSmoothTransport, HttpCache, Pacer, RetryPolicy, record_of
+from smoothclient.aiohttp import SmoothMiddleware
 from smoothclient.edges import cached
 from smoothclient.httpcache import Entry
 from smoothclient.httpcache.stores import MemoryStore, SqliteStore
@@ -114,6 +117,42 @@ def test_a_slow_store_does_not_stall_the_loop_of_an_httpx_client(backend: str) -
     assert labels == ["miss", "hit"]  # the store worked, from its threads
     assert len(sent) == 1
     assert longest < SLOW / 2  # the loop kept ticking through 0.2 s store calls
+
+
+def test_a_slow_store_does_not_stall_the_loop_of_an_aiohttp_session() -> None:
+    cache = HttpCache(SlowStore())
+    labels: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(headers=FRESH, body=b"body")
+
+    async def main() -> float:
+        app = web.Application()
+        app.router.add_get("/items", answer)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/items"
+        edge = SmoothMiddleware(policy=RetryPolicy(attempts=1), pacer=Pacer(), cache=cache)
+        try:
+            async with aiohttp.ClientSession(middlewares=(edge,)) as session:
+
+                async def twice() -> None:
+                    for _ in range(2):
+                        async with session.get(url) as response:
+                            await response.read()
+                            labels.append(record_of(response).cache)  # type: ignore[union-attr]
+                        for _ in range(100):  # the write runs behind the call
+                            if await asyncio.to_thread(cache.get, f"GET {url}") is not None:
+                                break
+
+                return await longest_tick(twice)
+        finally:
+            await runner.cleanup()
+
+    longest = asyncio.run(main())
+    assert labels == ["miss", "hit"]
+    assert longest < SLOW / 2
 
 
 def test_the_memory_store_is_called_on_the_loop_without_a_thread(

@@ -1,12 +1,21 @@
-"""The HTTP cache on the httpx and httpx2 transports (``cache=``), sync and async alike."""
+"""
+The HTTP cache on every edge with ``cache=`` but requests: the httpx and httpx2 transports,
+sync and async, and the aiohttp middleware (against a real local server, in a thread).
+
+An edge joins by answering in ``_edge``; each test here runs on each of ``EDGES``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
-from collections.abc import Callable
-from types import ModuleType
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx
 import httpx2
@@ -22,6 +31,7 @@ from smoothclient import (
     SmoothTransport,
     record_of,
 )
+from smoothclient.aiohttp import SmoothMiddleware
 from smoothclient.testing import FakeClock
 
 URL = "https://api.test/items"
@@ -31,6 +41,71 @@ Answer = tuple[int, dict[str, str], bytes]
 Get = Callable[[], tuple[int, str, dict[str, Any]]]
 
 
+class _Origin(BaseHTTPRequestHandler):
+    """The local server of the aiohttp edge: answers each GET with its server's ``origin``."""
+
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_GET(self) -> None:
+        status, headers, body = self.server.origin(SimpleNamespace(headers=self.headers))
+        self.send_response_only(status)  # no Date: the tests' caches run on their own clocks
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    origin: Callable[[Any], Answer]
+
+
+_SERVER: list[_Server] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _local_server() -> Iterator[None]:
+    """One local server for the module's aiohttp runs (started here, stopped at the end)."""
+    server = _Server(("127.0.0.1", 0), _Origin)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _SERVER.append(server)
+    yield
+    _SERVER.clear()
+    server.shutdown()
+    server.server_close()
+
+
+def _aiohttp_edge(origin: Callable[[Any], Answer], cache: HttpCache, policy: RetryPolicy) -> Get:
+    """A session with the middleware and ``cache``, against the local server."""
+    server = _SERVER[0]
+    server.origin = origin
+    url = f"http://127.0.0.1:{server.server_address[1]}/items"
+    clock = FakeClock()
+    edge = SmoothMiddleware(policy=policy, pacer=Pacer(clock=clock), cache=cache)
+
+    def get() -> tuple[int, str, dict[str, Any]]:
+        async def one() -> tuple[int, str, dict[str, Any]]:
+            async with aiohttp.ClientSession(middlewares=(edge,)) as session:
+                async with session.get(url) as response:
+                    text = await response.text()
+                    record = response.smoothclient  # type: ignore[attr-defined]
+                await asyncio.sleep(0.01)  # a background revalidation runs meanwhile, to its end
+                others = asyncio.all_tasks() - {asyncio.current_task()}
+                if others:
+                    await asyncio.wait(others, timeout=1.0)
+            return response.status, text, record
+
+        return asyncio.run(one())
+
+    return get
+
+
 def _edge(
     lib: ModuleType, sync: bool, backend: str, origin: Callable[[Any], Answer], cache: HttpCache
 ) -> tuple[Get, list[CallEnded]]:
@@ -38,6 +113,8 @@ def _edge(
     ended: list[CallEnded] = []
     policy = RetryPolicy(attempts=2, wait_initial=0.0, on_success=ended.append)
     policy = policy.replace(on_give_up=ended.append)
+    if lib is aiohttp:
+        return _aiohttp_edge(origin, cache, policy), ended
     family = smoothclient.httpx2 if lib is httpx2 else smoothclient
 
     def answer(request: Any) -> Any:
@@ -87,6 +164,7 @@ EDGES = [
     pytest.param(httpx, False, "trio", id="httpx-trio"),
     pytest.param(httpx2, True, "", id="httpx2"),
     pytest.param(httpx2, False, "asyncio", id="httpx2-asyncio"),
+    pytest.param(aiohttp, False, "asyncio", id="aiohttp"),
 ]
 
 
