@@ -4,7 +4,9 @@
 It is admitted when all of them admit it (the latest slot wins), counted in each, and each
 learns its part of every response (:func:`split`).  Scopes a response names that the request
 was not bound by are learned for its route (:func:`remember`).  Pure bookkeeping over
-trackers, so it works over any store; :mod:`.scopes` says where the scopes come from.
+trackers, so it works over any store: it composes their steps (:class:`BoundSteps`), and its
+plain methods are the :class:`~.store.Tracker`'s, driving them; :mod:`.scopes` says where the
+scopes come from.
 """
 
 from __future__ import annotations
@@ -143,13 +145,7 @@ def _sole(b: Bound, status: int, hints: Hints) -> Tracker | None:
     return tracker
 
 
-class _TryNow(Protocol):
-    """:meth:`Tracker.try_now`'s shape (its parameter named, as the protocol's)."""
-
-    def __call__(self, now: float) -> bool: ...  # pragma: no cover - a protocol
-
-
-class Bound:
+class Bound(Tracker):
     """
     The :class:`~smoothclient.pacing.store.Tracker` of a request bound by several trackers.
 
@@ -157,18 +153,22 @@ class Bound:
     wins), counted in each, and each learns its part of every response (:func:`split`).
     Retry budgets are the origin's.  Scopes a response names that the request was not bound
     by are learned for its route (``book``), so the next request on the route is bound by them.
+    The operations are its steps (:class:`BoundSteps`), driven by the plain methods of
+    :class:`~smoothclient.pacing.store.Tracker`; but for the counts, which go to each tracker.
     """
 
     __slots__ = (
         "_all",
+        "_alone",
         "book",
         "given",
         "healthy",
+        "note_success",
         "origin",
         "origin_bound",
         "route",
         "scopes",
-        "try_now",
+        "steps",
     )
 
     def __init__(
@@ -196,16 +196,13 @@ class Bound:
         self.given = given
         self.route = route
         self.book = book
+        self.steps: BoundSteps = BoundSteps(self)
         # bound by one tracker alone (a healthy origin's route with one scope): its own calls
-        alone = self._all[0] if len(self._all) == 1 else None
+        self._alone = alone = self._all[0] if len(self._all) == 1 else None
         self.healthy: Callable[[float], bool] = self._healthy if alone is None else alone.healthy
-        #: Admitted at once by all, or by none (those that did are released).
-        self.try_now: _TryNow = self._try_now if alone is None else alone.try_now
-
-    @property
-    def steps(self) -> BoundSteps:
-        """The steps as generators (what async edges drive; the methods here drive them too)."""
-        return BoundSteps(self)
+        self.note_success: Callable[[float], None] = (
+            self._note_success if alone is None else alone.note_success
+        )
 
     def __repr__(self) -> str:
         """Show the route and the scopes."""
@@ -214,29 +211,14 @@ class Bound:
     def _healthy(self, now: float) -> bool:
         return run(self.steps.healthy(now))
 
-    @property
-    def note_success(self) -> Callable[[float], None]:
-        """Note a plain success on every tracker."""
-        return self._note_success
-
     def _note_success(self, now: float) -> None:
         for tracker in self._all:
             tracker.note_success(now)
 
-    def _try_now(self, now: float) -> bool:
-        return run(self.steps.try_now(now))
-
-    def when(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        """The latest of what each would answer, reserving nothing."""
-        return run(self.steps.when(now, not_before=not_before, deadline=deadline))
-
-    def acquire(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        """A slot from each at the latest time any of them admits the request (see steps)."""
-        return run(self.steps.acquire(now, not_before=not_before, deadline=deadline))
+    def try_now(self, now: float) -> bool:
+        """Admitted at once by all, or by none (those that did are released)."""
+        alone = self._alone
+        return run(self.steps.try_now(now)) if alone is None else alone.try_now(now)
 
     def sent(self) -> None:
         """Sent: on the wire for every tracker."""
@@ -258,46 +240,9 @@ class Bound:
         for tracker in self._all:
             tracker.failed()
 
-    def observe(
-        self,
-        status: int,
-        hints: Hints,
-        now: float,
-        *,
-        sent_at: float | None = None,
-        counted: bool = True,
-    ) -> None:
-        """Each tracker learns its part; scopes named on this route are remembered."""
-        sole = _sole(self, status, hints)
-        if sole is None:
-            run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
-            return
-        sole.observe(status, hints, now, sent_at=sent_at, counted=counted)
-        self.origin.note_success(now)
-
-    def cohort(self, now: float) -> CohortView:
-        """The tightest of the cohorts: most waiting, lowest rate, latest opening."""
-        return run(self.steps.cohort(now))
-
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         """Budgets are the origin's."""
         self.origin.record_attempt(budget, now)
-
-    def try_retry(self, budget: RetryBudget, now: float) -> bool:
-        """Budgets are the origin's."""
-        return self.origin.try_retry(budget, now)
-
-    def view(self, now: float) -> OriginView:
-        """The origin's view (each scope's: :meth:`smoothclient.Pacer.scopes`)."""
-        return self.origin.view(now)
-
-    def update(self, step: Callable[[OriginState], T]) -> T:
-        """``step`` on the origin's state."""
-        return self.origin.update(step)
-
-    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
-        """``look`` at the origin's state."""
-        return self.origin.read(look, fresh=fresh)
 
 
 class BoundSteps:
@@ -437,6 +382,10 @@ class BoundSteps:
     def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
         """Budgets are the origin's."""
         return stepwise(self.b.origin).try_retry(budget, now)
+
+    def view(self, now: float) -> Steps[OriginView]:
+        """The origin's view (each scope's: :meth:`smoothclient.Pacer.scopes`)."""
+        return stepwise(self.b.origin).view(now)
 
     def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
         """``step`` on the origin's state."""

@@ -47,7 +47,7 @@ from .scopes import (
     template,
 )
 from .state import OriginView, Settings
-from .store import MemoryStore, Steps, Store, Tracker, run, stepwise
+from .store import KeyTracker, MemoryStore, Steps, Store, Tracker, run, stepwise
 
 __all__ = ["Pacer", "PacerLike"]
 
@@ -241,7 +241,7 @@ class Pacer:
         """Unpickle as a fresh pacer with the same settings (so a pickled session works)."""
         Pacer.__init__(self, **state)
 
-    def track(self, origin: str) -> Tracker:
+    def track(self, origin: str) -> KeyTracker:
         """The tracker of ``origin`` (the edges' door into pacing), marked recently used."""
         return self._store.tracker(origin)
 

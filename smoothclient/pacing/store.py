@@ -1,28 +1,33 @@
 """
-The store seam: where pacing state lives, behind a small protocol of atomic operations.
+The store seam: where pacing state lives, behind two primitives (docs/store.md section 1).
 
-A :class:`Store` hands out one :class:`Tracker` per key (an origin, or ``"origin scope"`` for
-one scope of it: :mod:`.scopes`); every method of a
-tracker is one atomic step on that key's state: the transitions of :mod:`.state`, applied
-under the key's lock in memory, or as one server-side script in a shared store.  The edges
-and the call flow talk to trackers only, so a new store (Redis, ...) slots in here without
-touching them.
+A store keeps one :class:`Cell` per key (an origin, or ``"origin scope"`` for one scope of
+it: :mod:`.scopes`).  A cell does two things, each a step: :meth:`Cell.update` applies a
+transition (a pure function of the state and the settings: :mod:`.admission`,
+:mod:`.learning`, :mod:`.controller`, :mod:`.crowd`, :mod:`.outage`) atomically, under the
+key's lock in memory or as one server-side script in a shared store; :meth:`Cell.read` looks
+at the state.  Besides them, the fast lane's lock-free calls and this process's own counts.
+
+:class:`KeyTracker` is every operation the edges and the call flow ask of a key (admission,
+learning, the cohort, budgets), written once over a cell; :class:`~.bound.Bound` composes
+trackers for a request bound by several scopes.  A new store slots in here without touching
+either.
 
 **Steps that do I/O** (a shared store's round trips) are written once, as generators that
 yield :class:`Trip` requests and receive their replies (:data:`Steps`); a sync driver
 (:func:`run`, what a tracker's plain methods use) and an async one (:func:`run_async`, what
-async edges on asyncio use: the event loop never blocks) take the trips.  A tracker with such
-steps exposes them as ``tracker.steps`` (a :class:`Stepwise`); :func:`stepwise` gives every
-tracker one (a store with no I/O answers at once, yielding nothing).
+async edges on asyncio use: the event loop never blocks) take the trips (:mod:`.steps`,
+named here too).  A tracker's steps
+are ``tracker.steps`` (a :class:`Stepwise`; :func:`stepwise`); a store with no I/O answers
+each at once, yielding nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import threading
-from collections.abc import Callable, Generator
-from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
+from collections.abc import Callable
+from typing import NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
@@ -31,12 +36,28 @@ from . import admission as adm
 from . import learning
 from .budget import BudgetCounts
 from .keys import LruMap
-from .state import Admission, OriginState, OriginView, Settings
+from .state import PROBE_POLL, Admission, OriginState, OriginView, Settings
+from .steps import (
+    Steps,
+    Trip,
+    answer,
+    answer_async,
+    boxed,
+    done,
+    in_thread,
+    on_asyncio,
+    run,
+    run_async,
+)
 
 __all__ = [
-    "Immediate",
+    "Cell",
+    "CellSteps",
+    "KeyTracker",
+    "Later",
+    "MemoryCell",
     "MemoryStore",
-    "MemoryTracker",
+    "Step",
     "Steps",
     "Stepwise",
     "Store",
@@ -56,195 +77,83 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Carrier(Protocol):
-    """What takes a store's round trips: the sync way and the async way (see :class:`Trip`)."""
-
-    def send(self, trip: Trip) -> Any:
-        """The reply to ``trip``, here and now (bounded); raises if the store failed."""
-
-    async def send_async(self, trip: Trip) -> Any:
-        """The reply to ``trip`` without blocking the event loop (bounded); raises likewise."""
+#: A transition: a pure function of a key's state and the settings it is paced by (it may
+#: change the state; never locks, sleeps or reads a clock).
+Step: TypeAlias = Callable[[OriginState, Settings], T]
 
 
-class Trip(NamedTuple):
-    """One round trip a step asks for: ``op`` (a script's name) on ``keys`` with ``args``."""
-
-    carrier: Carrier
-    op: str
-    keys: list[str]
-    args: list[Any]
-
-
-#: A step written once for every driver: yields trips, receives replies, returns its result.
-#: A failed trip is thrown into it (the carrier's exception), so it falls back where it stands.
-Steps: TypeAlias = Generator[Trip, Any, T]
-
-
-def done(value: T) -> Steps[T]:
-    """A step that needs no round trip: ``value`` at once."""
-    return value
-    yield  # pragma: no cover - a generator that yields nothing
-
-
-def answer(steps: Generator[Any, Any, Any], trip: Trip) -> Any:
+class Later(NamedTuple):
     """
-    Take ``trip`` with its carrier's sync client: what ``steps`` yields next.
+    What a store may do with an answer that closes nothing (:func:`.learning.can_wait`).
 
-    A failed trip is thrown into ``steps`` (the step itself decides: falls back, never
-    raises).  Every sync driver takes its trips this way (:func:`run`, the call flow's).
+    A store may apply ``answer`` (the update without the request's count) at once and let
+    its news reach the others later (with its next write), releasing one request in flight
+    when ``released``; ``may(state)`` says whether the answer may wait on that state.  A
+    store in one process ignores it: it applies the update itself.
     """
-    try:
-        reply = trip.carrier.send(trip)
-    except Exception as exc:
-        return steps.throw(exc)
-    return steps.send(reply)
 
-
-def run(steps: Steps[T]) -> T:
-    """Drive ``steps`` in this thread: each trip by its carrier's sync client."""
-    try:
-        trip = next(steps)
-        while True:
-            trip = answer(steps, trip)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
-    finally:
-        steps.close()
-
-
-def boxed(fn: Callable[[], Any]) -> tuple[bool, Any]:
-    """
-    ``(True, what fn() yields next)``, or ``(False, the result)`` when the generator ends.
-
-    No ``StopIteration`` may leave a coroutine (it turns into ``RuntimeError``) or cross a
-    thread: what advances a generator from one goes through this.
-    """
-    try:
-        return True, fn()
-    except StopIteration as stop:
-        return False, stop.value
-
-
-async def answer_async(steps: Generator[Any, Any, Any], trip: Trip) -> tuple[bool, Any]:
-    """
-    Take ``trip`` on the running event loop: what ``steps`` yields next (:func:`boxed`).
-
-    The async way of :func:`answer`: awaited on the carrier's loop client, never blocking
-    the loop; a failed trip is thrown into ``steps``.
-    """
-    try:
-        reply = await trip.carrier.send_async(trip)
-    except Exception as exc:
-        return boxed(functools.partial(steps.throw, exc))
-    return boxed(functools.partial(steps.send, reply))
-
-
-async def run_async(steps: Steps[T]) -> T:
-    """Drive ``steps`` on the running event loop: each trip awaited, never blocking it."""
-    try:
-        going, value = boxed(steps.__next__)
-        while going:
-            going, value = await answer_async(steps, value)
-        result: T = value
-        return result
-    finally:
-        steps.close()  # cancelled mid-trip: the step's own cleanup runs (GeneratorExit)
-
-
-def on_asyncio() -> bool:
-    """Whether this runs on an asyncio loop (``redis.asyncio`` runs there, not on trio)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-async def in_thread(fn: Callable[[], T]) -> T:
-    """
-    ``fn()`` in a worker thread: a shared store's round trips, off an event loop they would block.
-
-    Where :func:`run_async` cannot take them (trio: ``redis.asyncio`` runs on asyncio only).
-    """
-    try:
-        import anyio.to_thread  # httpx brings it
-    except ImportError:  # pragma: no cover - trio without httpx
-        import trio
-
-        result: T = await trio.to_thread.run_sync(fn)
-        return result
-    return await anyio.to_thread.run_sync(fn)
+    answer: Callable[[OriginState, Settings], object]
+    released: bool
+    may: Callable[[OriginState], bool]
 
 
 @runtime_checkable
-class Tracker(Protocol):
-    """Atomic operations on one key's pacing state (every ``now`` on the pacer's clock)."""
+class Cell(Protocol):
+    """
+    One key's state in a store: what a store implements (docs/store.md section 1).
+
+    Two primitives, each a step (:data:`Steps`; a store with no I/O yields nothing):
+    :meth:`update` applies a transition atomically, :meth:`read` looks at the state.  Besides
+    them, what the hot path needs without a lock (:attr:`healthy`, :attr:`note_success`,
+    :meth:`record_attempt`), and this process's own counts (:meth:`count`).  Everything else
+    a tracker does is written once over these (:class:`KeyTracker`).
+    """
+
+    key: str
 
     @property
     def healthy(self) -> Callable[[float], bool]:
         """Whether a request needs no admission at all at ``now`` (a cheap, lock-free read)."""
 
-    def try_now(self, now: float) -> bool:
-        """Admit one request at once if a slot is free now (counted in flight)."""
-
-    def acquire(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        """Reserve a slot no earlier than ``not_before`` (counted waiting if granted)."""
-
-    def when(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        """What :meth:`acquire` would answer, reserving nothing."""
-
-    def sent(self) -> None:
-        """An admitted request is now on the wire."""
-
-    def cancel(self) -> None:
-        """An admitted request will not be sent."""
-
-    def adopt(self) -> None:
-        """Count a request sent on the fast lane as in flight."""
-
-    def failed(self) -> None:
-        """A request on the wire ended without a response."""
-
     @property
     def note_success(self) -> Callable[[float], None]:
         """Note a plain success at ``now`` on a healthy key (the fast lane's only bookkeeping)."""
 
-    def observe(
+    def update(
         self,
-        status: int,
-        hints: Hints,
-        now: float,
+        step: Step[T],
         *,
-        sent_at: float | None = None,
-        counted: bool = True,
-    ) -> None:
-        """Learn from one response."""
+        busy: Callable[[], T] | None = None,
+        later: Later | None = None,
+    ) -> Steps[T]:
+        """
+        ``step`` applied as one atomic step on the state; its result.
 
-    def cohort(self, now: float) -> CohortView:
-        """What the retry engine needs to know of the cohort."""
+        ``busy``: what a shared store answers when others' writes kept it from applying the
+        step for longer than its timeout (nothing taken); ``later``: the update may reach
+        the others a step later (see :class:`Later`).  A store in one process needs neither.
+        """
 
-    def record_attempt(self, budget: RetryBudget, now: float) -> None:
-        """Count one attempt toward ``budget``."""
-
-    def try_retry(self, budget: RetryBudget, now: float) -> bool:
-        """Take room for one retry from ``budget`` if it has it (check and take at once)."""
-
-    def view(self, now: float) -> OriginView:
-        """A snapshot, for monitoring."""
-
-    def update(self, step: Callable[[OriginState], T]) -> T:
-        """Apply ``step`` (a pure function of the state) as one atomic step; its result."""
-
-    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+    def read(self, look: Step[T], *, fresh: bool = False) -> Steps[T]:
         """
         ``look`` at the state (which it must not change); its result.
 
         ``fresh``: a shared store reads the state now, not a copy it may trust a moment.
+        """
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None] | None:
+        """
+        Count one attempt toward ``budget``: done at once, lock-free (``None``), or a step.
+
+        On every request's fast lane: a store that can count without a lock does so.
+        """
+
+    def count(self, waiting: int, in_flight: int, *, known: bool = False) -> None:
+        """
+        Change this process's own counts by ``waiting`` and ``in_flight`` (never below 0).
+
+        ``known``: a request ended without a response (the origin is known to answer, or
+        not, from now on).  No I/O: a shared store writes them with its next step.
         """
 
 
@@ -283,6 +192,8 @@ class Stepwise(Protocol):
         self, budget: RetryBudget, now: float
     ) -> Steps[bool]: ...  # pragma: no cover - a protocol
 
+    def view(self, now: float) -> Steps[OriginView]: ...  # pragma: no cover - a protocol
+
     def update(
         self, step: Callable[[OriginState], T]
     ) -> Steps[T]: ...  # pragma: no cover - a protocol
@@ -292,29 +203,133 @@ class Stepwise(Protocol):
     ) -> Steps[T]: ...  # pragma: no cover - a protocol
 
 
-class Immediate:
-    """The :class:`Stepwise` of a tracker that does no I/O: each step answers at once."""
+class Tracker:
+    """
+    Atomic operations on one key's pacing state (every ``now`` on the pacer's clock).
 
-    __slots__ = ("tracker",)
+    What the edges and the call flow talk to: :class:`KeyTracker` (one key, over a
+    :class:`Cell`) and :class:`~.bound.Bound` (a request bound by several).  Each operation
+    that may do I/O is a step of :attr:`steps` (a :class:`Stepwise`, what async edges drive);
+    the plain methods here drive the same steps in this thread (:func:`run`).
+    """
 
-    def __init__(self, tracker: Tracker) -> None:
-        self.tracker = tracker
+    __slots__ = ()
+
+    #: The steps as generators of round trips (:func:`stepwise`).
+    steps: Stepwise
+    #: Whether a request needs no admission at all at ``now`` (a cheap, lock-free read).
+    healthy: Callable[[float], bool]
+    #: Note a plain success at ``now`` on a healthy key (the fast lane's only bookkeeping).
+    note_success: Callable[[float], None]
+
+    def try_now(self, now: float) -> bool:
+        """Admit one request at once if a slot is free now (counted in flight)."""
+        return run(self.steps.try_now(now))
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        """Reserve a slot no earlier than ``not_before`` (counted waiting if granted)."""
+        return run(self.steps.acquire(now, not_before=not_before, deadline=deadline))
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        """What :meth:`acquire` would answer, reserving nothing."""
+        return run(self.steps.when(now, not_before=not_before, deadline=deadline))
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> None:
+        """Learn from one response."""
+        run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
+
+    def cohort(self, now: float) -> CohortView:
+        """What the retry engine needs to know of the cohort."""
+        return run(self.steps.cohort(now))
+
+    def try_retry(self, budget: RetryBudget, now: float) -> bool:
+        """Take room for one retry from ``budget`` if it has it (check and take at once)."""
+        return run(self.steps.try_retry(budget, now))
+
+    def view(self, now: float) -> OriginView:
+        """A snapshot, for monitoring."""
+        return run(self.steps.view(now))
+
+    def update(self, step: Callable[[OriginState], T]) -> T:
+        """Apply ``step`` (a pure function of the state) as one atomic step; its result."""
+        return run(self.steps.update(step))
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+        """
+        ``look`` at the state (which it must not change); its result.
+
+        ``fresh``: a shared store reads the state now, not a copy it may trust a moment.
+        """
+        return run(self.steps.read(look, fresh=fresh))
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> None:
+        """Count one attempt toward ``budget``."""
+        raise NotImplementedError  # pragma: no cover - each kind of tracker has its own
+
+    def sent(self) -> None:
+        """An admitted request is now on the wire."""
+        raise NotImplementedError  # pragma: no cover - each kind of tracker has its own
+
+    def cancel(self) -> None:
+        """An admitted request will not be sent."""
+        raise NotImplementedError  # pragma: no cover - each kind of tracker has its own
+
+    def adopt(self) -> None:
+        """Count a request sent on the fast lane as in flight."""
+        raise NotImplementedError  # pragma: no cover - each kind of tracker has its own
+
+    def failed(self) -> None:
+        """A request on the wire ended without a response."""
+        raise NotImplementedError  # pragma: no cover - each kind of tracker has its own
+
+
+def _state_only(step: Callable[[OriginState], T]) -> Step[T]:
+    """A step of the state alone as a :data:`Step` (the settings unused)."""
+    return lambda o, _s: step(o)
+
+
+class CellSteps:
+    """
+    A :class:`KeyTracker`'s steps: each operation once, as the pure transition its cell applies.
+
+    The transitions are those of :mod:`.admission` and :mod:`.learning` (and the budgets');
+    the cell decides how they are applied atomically (under a lock, or as a round trip).
+    """
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell: Cell) -> None:
+        self.cell = cell
 
     def healthy(self, now: float) -> Steps[bool]:
-        return done(self.tracker.healthy(now))
+        return self.cell.read(lambda o, _s: adm.healthy(o, now))
 
     def try_now(self, now: float) -> Steps[bool]:
-        return done(self.tracker.try_now(now))
+        return self.cell.update(lambda o, s: adm.try_now(o, s, now), busy=_no)
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Steps[Admission]:
-        return done(self.tracker.acquire(now, not_before=not_before, deadline=deadline))
+        return self.cell.update(
+            lambda o, s: adm.acquire(o, s, now, not_before, deadline), busy=_poll
+        )
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Steps[Admission]:
-        return done(self.tracker.when(now, not_before=not_before, deadline=deadline))
+        return self.cell.read(lambda o, s: adm.when(o, s, now, not_before, deadline))
 
     def observe(
         self,
@@ -325,40 +340,102 @@ class Immediate:
         sent_at: float | None = None,
         counted: bool = True,
     ) -> Steps[None]:
-        self.tracker.observe(status, hints, now, sent_at=sent_at, counted=counted)
-        return done(None)
+        learn = functools.partial(
+            learning.observe, status=status, hints=hints, now=now, sent_at=sent_at
+        )
+        later = Later(
+            functools.partial(learn, counted=False),
+            counted,
+            functools.partial(learning.can_wait, status=status, hints=hints),
+        )
+        return self.cell.update(functools.partial(learn, counted=counted), later=later)
 
     def cohort(self, now: float) -> Steps[CohortView]:
-        return done(self.tracker.cohort(now))
+        return self.cell.read(lambda o, _s: adm.cohort(o, now))
 
     def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
-        self.tracker.record_attempt(budget, now)
-        return done(None)
+        steps = self.cell.record_attempt(budget, now)
+        return done(None) if steps is None else steps
 
     def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
-        return done(self.tracker.try_retry(budget, now))
+        return self.cell.update(lambda o, _s: o.budget(budget).try_retry(now))
+
+    def view(self, now: float) -> Steps[OriginView]:
+        key = self.cell.key
+        return self.cell.read(lambda o, _s: adm.view(key, o, now))
 
     def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
-        return done(self.tracker.update(step))
+        return self.cell.update(_state_only(step))
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> Steps[T]:
-        return done(self.tracker.read(look, fresh=fresh))
+        return self.cell.read(_state_only(look), fresh=fresh)
+
+
+def _no() -> bool:
+    """A shared store busy with others' writes: no slot now."""
+    return False
+
+
+def _poll() -> Admission:
+    """A shared store busy with others' writes: ask again in a moment (nothing taken)."""
+    return Admission(PROBE_POLL, final=False)
+
+
+class KeyTracker(Tracker):
+    """
+    The tracker of one key: every operation written once over its :class:`Cell`.
+
+    Its steps (:class:`CellSteps`) are the cell's two primitives applied to the pure
+    transitions; the plain methods drive them here, but for the fast lane's lock-free calls
+    and this process's counts, which go to the cell at once.
+    """
+
+    __slots__ = ("cell", "healthy", "key", "note_success", "steps")
+
+    def __init__(self, cell: Cell) -> None:
+        """The tracker of ``cell``'s key."""
+        self.cell = cell
+        self.key = cell.key
+        self.steps: CellSteps = CellSteps(cell)
+        # the fast lane's calls, the cell's own (lock-free in memory)
+        self.healthy: Callable[[float], bool] = cell.healthy
+        self.note_success: Callable[[float], None] = cell.note_success
+
+    def __repr__(self) -> str:
+        """Show the key and the kind of cell."""
+        return f"<KeyTracker {self.key!r} on {type(self.cell).__name__}>"
+
+    def record_attempt(self, budget: RetryBudget, now: float) -> None:
+        steps = self.cell.record_attempt(budget, now)
+        if steps is not None:
+            run(steps)
+
+    def sent(self) -> None:
+        self.cell.count(-1, 1)
+
+    def cancel(self) -> None:
+        self.cell.count(-1, 0)
+
+    def adopt(self) -> None:
+        self.cell.count(0, 1)
+
+    def failed(self) -> None:
+        self.cell.count(0, -1, known=True)
 
 
 def stepwise(tracker: Tracker) -> Stepwise:
-    """``tracker``'s steps as generators: its own (``tracker.steps``), else :class:`Immediate`."""
-    steps: Stepwise | None = getattr(tracker, "steps", None)
-    return Immediate(tracker) if steps is None else steps
+    """``tracker``'s steps as generators (what async edges drive)."""
+    return tracker.steps
 
 
 class Store(Protocol):
-    """Where the trackers' state lives."""
+    """Where the trackers' state lives: a :class:`KeyTracker` (over a :class:`Cell`) per key."""
 
-    def tracker(self, key: str) -> Tracker:
+    def tracker(self, key: str) -> KeyTracker:
         """The tracker of ``key`` (state made if missing), marked recently used."""
 
     @property
-    def peek(self) -> Callable[[str], Tracker | None]:
+    def peek(self) -> Callable[[str], KeyTracker | None]:
         """The tracker of an origin's key if its state exists; cheap, for the fast lane."""
 
     def keys(self) -> list[str]:
@@ -368,8 +445,8 @@ class Store(Protocol):
         """Drop ``key``'s state kept here (a scope its origin no longer names)."""
 
 
-class MemoryTracker:
-    """A :class:`Tracker` over state in this process, guarded by a lock of its own."""
+class MemoryCell:
+    """A :class:`Cell` over state in this process, guarded by a lock of its own."""
 
     __slots__ = ("_counts", "healthy", "key", "lock", "note_success", "settings", "state")
 
@@ -384,57 +461,21 @@ class MemoryTracker:
         self.note_success: Callable[[float], None] = self.state.succeeded
         self._counts: tuple[RetryBudget, BudgetCounts] | None = None  # the last budget's
 
-    def try_now(self, now: float) -> bool:
-        with self.lock:
-            return adm.try_now(self.state, self.settings, now)
-
-    def acquire(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        with self.lock:
-            return adm.acquire(self.state, self.settings, now, not_before, deadline)
-
-    def when(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        with self.lock:
-            return adm.when(self.state, self.settings, now, not_before, deadline)
-
-    def sent(self) -> None:
-        with self.lock:
-            self.state.waiting = max(0, self.state.waiting - 1)
-            self.state.in_flight += 1
-
-    def cancel(self) -> None:
-        with self.lock:
-            self.state.waiting = max(0, self.state.waiting - 1)
-
-    def adopt(self) -> None:
-        with self.lock:
-            self.state.in_flight += 1
-
-    def failed(self) -> None:
-        with self.lock:
-            self.state.in_flight = max(0, self.state.in_flight - 1)
-            self.state.known = True
-
-    def observe(
+    def update(
         self,
-        status: int,
-        hints: Hints,
-        now: float,
+        step: Step[T],
         *,
-        sent_at: float | None = None,
-        counted: bool = True,
-    ) -> None:
+        busy: Callable[[], T] | None = None,
+        later: Later | None = None,
+    ) -> Steps[T]:
         with self.lock:
-            learning.observe(
-                self.state, self.settings, status, hints, now, sent_at=sent_at, counted=counted
-            )
+            return step(self.state, self.settings)
+        yield  # pragma: no cover - a generator that yields nothing
 
-    def cohort(self, now: float) -> CohortView:
+    def read(self, look: Step[T], *, fresh: bool = False) -> Steps[T]:
         with self.lock:
-            return adm.cohort(self.state, now)
+            return look(self.state, self.settings)
+        yield  # pragma: no cover - a generator that yields nothing
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         # lock-free, like note_success: on the healthy lane of every request (a lock cost a
@@ -445,21 +486,15 @@ class MemoryTracker:
             last = self._counts = (budget, self.state.budget(budget))
         last[1].record_request(now)
 
-    def try_retry(self, budget: RetryBudget, now: float) -> bool:
+    def count(self, waiting: int, in_flight: int, *, known: bool = False) -> None:
         with self.lock:
-            return self.state.budget(budget).try_retry(now)
-
-    def view(self, now: float) -> OriginView:
-        with self.lock:
-            return adm.view(self.key, self.state, now)
-
-    def update(self, step: Callable[[OriginState], T]) -> T:
-        with self.lock:
-            return step(self.state)
-
-    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
-        with self.lock:
-            return look(self.state)
+            state = self.state
+            if waiting:
+                state.waiting = max(0, state.waiting + waiting)
+            if in_flight:
+                state.in_flight = max(0, state.in_flight + in_flight)
+            if known:
+                state.known = True
 
 
 class MemoryStore:
@@ -474,17 +509,23 @@ class MemoryStore:
 
     def __init__(self, settings: Settings, *, max_keys: int = 1024, max_scoped: int = 0) -> None:
         """Keep at most ``max_keys`` origins' state and ``max_scoped`` scopes' (LRU)."""
-        self._map: LruMap[str, MemoryTracker] = LruMap(
-            max_keys, lambda key: MemoryTracker(key, settings)
+        self._map: LruMap[str, KeyTracker] = LruMap(
+            max_keys, lambda key: KeyTracker(MemoryCell(key, settings))
         )
-        self._scoped: LruMap[str, MemoryTracker] = LruMap(
-            max(1, max_scoped), lambda key: MemoryTracker(key, settings)
+        self._scoped: LruMap[str, KeyTracker] = LruMap(
+            max(1, max_scoped), lambda key: KeyTracker(MemoryCell(key, settings))
         )
         #: An origin's tracker if it has state (``dict.get`` itself: the fast lane's look).
-        self.peek: Callable[[str], MemoryTracker | None] = self._map.peek
+        self.peek: Callable[[str], KeyTracker | None] = self._map.peek
 
-    def tracker(self, key: str) -> MemoryTracker:
+    def tracker(self, key: str) -> KeyTracker:
         return (self._scoped if " " in key else self._map).get(key)
+
+    def cell(self, key: str) -> MemoryCell:
+        """The cell of ``key`` (state made if missing): a shared store's fallback."""
+        cell = self.tracker(key).cell
+        assert isinstance(cell, MemoryCell)  # (made here)
+        return cell
 
     def keys(self) -> list[str]:
         return self._map.keys() + self._scoped.keys()

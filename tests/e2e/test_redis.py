@@ -32,10 +32,10 @@ from smoothclient import (
 from smoothclient.hints import Hints, Quota
 from smoothclient.pacing.redis import store as redis_store
 from smoothclient.pacing.redis import tracker as redis_tracker
-from smoothclient.pacing.redis.store import RedisTracker, redis_key
+from smoothclient.pacing.redis.store import RedisCell, redis_key
 from smoothclient.pacing.scopes import Bound
 from smoothclient.pacing.state import OriginState
-from smoothclient.pacing.store import run_async, stepwise
+from smoothclient.pacing.store import KeyTracker, run_async, stepwise
 from smoothclient.tools.redis_server import RedisServer
 from smoothclient.tools.server import LimitedServer
 
@@ -88,9 +88,9 @@ def test_the_fleet_shares_its_state_and_the_fallback_is_this_process(
 ) -> None:
     (a,) = fleet(server, 1)
     tracker = a._store.tracker(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
-    assert tracker.settings.shared
-    assert not tracker.fallback.settings.shared
+    assert isinstance(tracker.cell, RedisCell)
+    assert tracker.cell.settings.shared
+    assert not tracker.cell.fallback.settings.shared
 
 
 def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> None:
@@ -146,8 +146,8 @@ def test_a_flushed_script_is_loaded_again(server: RedisServer) -> None:
     touch(tracker)
     redis.Redis.from_url(server.url).script_flush()
     tracker.observe(503, Hints(retry_after=3.0), pacer.clock(), counted=False)
-    assert isinstance(tracker, RedisTracker)
-    assert tracker.link.up
+    assert isinstance(tracker.cell, RedisCell)
+    assert tracker.cell.link.up
     assert fleet(server, 1)[0].view(ORIGIN).gate_in > 2
 
 
@@ -174,7 +174,7 @@ def test_a_pacer_made_on_an_event_loop_reads_the_fleet_clock_without_blocking_it
 
     async def main() -> tuple[Pacer, bool]:
         pacer = Pacer(storage=server.url, probe=0)
-        link = pacer.track(ORIGIN).link  # type: ignore[attr-defined]
+        link = pacer.track(ORIGIN).cell.link  # type: ignore[attr-defined]
         before = link._stepped
         await run_async(stepwise(pacer.track(ORIGIN)).cohort(pacer.clock()))
         return pacer, before
@@ -264,7 +264,7 @@ def test_redis_down_fails_open_and_comes_back(
 ) -> None:
     (pacer,) = fleet(server, 1)
     tracker = pacer.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.observe(503, Hints(retry_after=30.0), pacer.clock(), counted=False)
     server.kill()
     with caplog.at_level(logging.WARNING, logger="smoothclient.pacing"):
@@ -277,9 +277,9 @@ def test_redis_down_fails_open_and_comes_back(
     warnings = [r for r in caplog.records if "Redis failed" in r.getMessage()]
     assert len(warnings) == 1  # one warning per outage
     server.start()
-    tracker.link.down_until = 0.0  # skip the rest of the backoff
+    tracker.cell.link.down_until = 0.0  # skip the rest of the backoff
     touch(tracker)
-    assert tracker.link.up
+    assert tracker.cell.link.up
     assert any("Redis is back" in r.getMessage() for r in caplog.records)
 
 
@@ -297,25 +297,25 @@ def test_counts_taken_while_redis_was_away_leave_no_phantoms(
     """
     (a,) = fleet(server, 1)
     tracker = a.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     assert tracker.acquire(a.clock()).granted
     if answered != "cancel":
         tracker.sent()
     server.kill()
     touch(tracker)  # Redis is found away
-    assert not tracker.link.up
+    assert not tracker.cell.link.up
     if answered == "observe":
         tracker.observe(200, Hints(), a.clock())
     elif answered == "failed":
         tracker.failed()
     else:
         tracker.cancel()
-    fallback = tracker.fallback.view(a.clock())
+    fallback = KeyTracker(tracker.cell.fallback).view(a.clock())
     assert (fallback.waiting, fallback.in_flight) == (0, 0)
     server.start()
-    tracker.link.down_until = 0.0  # skip the rest of the backoff
+    tracker.cell.link.down_until = 0.0  # skip the rest of the backoff
     touch(tracker)
-    assert tracker.link.up
+    assert tracker.cell.link.up
     (c,) = fleet(server, 1)  # a fresh look at what the fleet holds
     view = c.view(ORIGIN)
     assert (view.waiting, view.in_flight) == (0, 0)
@@ -557,7 +557,7 @@ def test_async_edges_never_block_the_loop_on_redis(
     worst_gap = asyncio.run(_calls_with_a_ticker(pacer, asyncio.sleep))
     assert steps.on_loop  # the steps did take round trips, on the loop
     assert steps.sync == []  # and no worker thread took one with the sync client
-    assert pacer.track(ORIGIN).link.up  # type: ignore[attr-defined]  # never timed out
+    assert pacer.track(ORIGIN).cell.link.up  # type: ignore[attr-defined]  # never timed out
     assert worst_gap < 0.2  # never held for a round trip (a loaded machine stalls ~0.1 s)
 
 
@@ -585,7 +585,7 @@ def test_async_steps_fail_open_at_once_when_redis_dies(
 
     (pacer,) = fleet(server, 1)
     tracker = pacer.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
 
     async def main() -> None:
         await run_async(tracker.steps.observe(503, Hints(retry_after=30.0), pacer.clock()))
@@ -615,18 +615,20 @@ def test_async_steps_fail_open_when_redis_stalls(server: RedisServer) -> None:
 
     (pacer,) = fleet(server, 1, storage_timeout=0.2)
     tracker = pacer.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
 
     async def main() -> float:
         await run_async(tracker.steps.read(lambda o: None, fresh=True))
-        assert tracker.link.up
+        assert cell.link.up
         with redis.Redis.from_url(server.url) as admin:
             admin.execute_command("CLIENT", "PAUSE", 800, "ALL")
             started = time.monotonic()
             await run_async(tracker.steps.observe(503, Hints(retry_after=5.0), pacer.clock()))
             took = time.monotonic() - started
-            assert not tracker.link.up  # noted down: the next steps go to memory at once
-            assert tracker.fallback.view(pacer.clock()).gate_in > 4  # the step taken in memory
+            assert not cell.link.up  # noted down: the next steps go to memory at once
+            in_memory = KeyTracker(cell.fallback).view(pacer.clock())
+            assert in_memory.gate_in > 4  # the step taken in memory
             admin.execute_command("CLIENT", "UNPAUSE")
         return took
 
@@ -643,12 +645,12 @@ def test_trips_failing_together_are_one_outage(server: RedisServer) -> None:
     import asyncio
 
     (pacer,) = fleet(server, 1, storage_timeout=0.1)
-    trackers: list[RedisTracker] = []
+    trackers: list[KeyTracker] = []
     for i in range(20):  # one origin each: no turns shared
         tracker = pacer.track(f"http://api{i}.test:80")
-        assert isinstance(tracker, RedisTracker)
+        assert isinstance(tracker.cell, RedisCell)
         trackers.append(tracker)
-    link = trackers[0].link
+    link = trackers[0].cell.link  # type: ignore[attr-defined]
 
     async def herd() -> None:
         await asyncio.gather(
@@ -682,7 +684,7 @@ def test_concurrent_tasks_never_share_a_slot_nor_lose_counts(server: RedisServer
 
     async def take(pacer: Pacer, slots: list[float]) -> None:
         tracker = pacer.track(ORIGIN)
-        assert isinstance(tracker, RedisTracker)
+        assert isinstance(tracker.cell, RedisCell)
         for _ in range(2):
             now = pacer.clock()
             admission = await run_async(tracker.steps.acquire(now, deadline=now + 60))
@@ -705,8 +707,8 @@ def test_concurrent_tasks_never_share_a_slot_nor_lose_counts(server: RedisServer
     assert min(gaps) >= 0.01 - 0.002  # 100 req/s: no two requests share a slot
     for pacer in pacers:
         tracker = pacer.track(ORIGIN)
-        assert isinstance(tracker, RedisTracker)
-        assert tracker.mine == [0, 0]
+        assert isinstance(tracker.cell, RedisCell)
+        assert tracker.cell.mine == [0, 0]
         tracker.update(lambda o: None)  # the counts go out with a process's next step
     assert fleet(server, 1)[0].view(ORIGIN).waiting == 0
 
@@ -721,15 +723,16 @@ def test_one_pacer_on_several_loops_gets_a_client_per_loop(
     # a loose bound: each loop's first trip connects a new client (slow on a loaded machine)
     (pacer,) = fleet(server, 1, storage_timeout=2.0)
     tracker = pacer.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
 
     async def once(n: int) -> int:
         await run_async(tracker.steps.read(lambda o: None, fresh=True))
         await run_async(tracker.steps.update(lambda o: setattr(o, "limit", float(n))))
-        return len(tracker.link.loops._loops)
+        return len(cell.link.loops._loops)
 
     assert [asyncio.run(once(n)) for n in range(3)] == [1, 1, 1]  # the last loop's only
-    assert tracker.link.up
+    assert cell.link.up
     gc.collect()
     assert not [w for w in recwarn if issubclass(w.category, ResourceWarning)]
     assert tracker.read(lambda o: o.limit, fresh=True) == 2.0
@@ -745,10 +748,10 @@ def test_a_ready_asyncio_client_is_accepted(server: RedisServer) -> None:
         client = redis.asyncio.Redis.from_url(server.url)
         pacer = Pacer(storage=client, probe=0)
         tracker = pacer.track(ORIGIN)
-        assert isinstance(tracker, RedisTracker)
+        assert isinstance(tracker.cell, RedisCell)
         await run_async(tracker.steps.observe(503, Hints(retry_after=3.0), pacer.clock()))
-        assert tracker.link.loops.given is client
-        assert tracker.link.up
+        assert tracker.cell.link.loops.given is client
+        assert tracker.cell.link.up
         await client.aclose()
 
     asyncio.run(main())
@@ -778,7 +781,7 @@ def test_a_paced_request_costs_one_round_trip(server: RedisServer, driver: str) 
 
     (pacer,) = fleet(server, 1)
     tracker = pacer.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.observe(200, QUOTA, pacer.clock(), counted=False)
     touch(tracker)  # the quota is known; the copy trusted
 
@@ -799,8 +802,8 @@ def test_a_paced_request_costs_one_round_trip(server: RedisServer, driver: str) 
         else:
             asyncio.run(request())
     assert _evalsha_calls(server) - before == 5
-    assert tracker.deferred  # the last answer waits for the next step
-    assert tracker.mine == [0, 0]  # yet this process counts it answered at once
+    assert tracker.cell.deferred  # the last answer waits for the next step
+    assert tracker.cell.mine == [0, 0]  # yet this process counts it answered at once
 
 
 def test_a_deferred_answer_reaches_the_fleet_once_with_the_next_step(server: RedisServer) -> None:
@@ -810,14 +813,14 @@ def test_a_deferred_answer_reaches_the_fleet_once_with_the_next_step(server: Red
     """
     a, b = fleet(server)
     tracker = a.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.update(_answered_before)
 
     def through(pacer: Pacer) -> int:
         return int(pacer.track(ORIGIN).read(lambda o: o.through, fresh=True))
 
     tracker.observe(200, Hints(), a.clock(), counted=False)
-    assert tracker.state.through == 11  # this process sees it at once
+    assert tracker.cell.state.through == 11  # this process sees it at once
     assert through(b) == 10  # the fleet with the next step
     b.track(ORIGIN).update(lambda o: setattr(o, "limit", 7.0))  # b writes first
     before = _evalsha_calls(server)
@@ -825,7 +828,7 @@ def test_a_deferred_answer_reaches_the_fleet_once_with_the_next_step(server: Red
     assert _evalsha_calls(server) - before == 2
     assert through(b) == 11
     assert b.track(ORIGIN).read(lambda o: o.limit, fresh=True) == 7.0  # b's write kept too
-    assert not tracker.deferred
+    assert not tracker.cell.deferred
     tracker.update(lambda o: setattr(o, "limit", 8.0))
     assert through(b) == 11  # written once
 
@@ -844,12 +847,12 @@ def test_an_answer_that_closes_something_is_written_at_once(
 ) -> None:
     a, b = fleet(server)
     tracker = a.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.update(_answered_before)
     before = _evalsha_calls(server)
     tracker.observe(status, hints, a.clock(), counted=False)
     assert _evalsha_calls(server) - before == 1
-    assert not tracker.deferred
+    assert not tracker.cell.deferred
     assert b.track(ORIGIN).read(lambda o: o.through, fresh=True) != 10  # a success or a throttle
 
 
@@ -857,14 +860,14 @@ def test_an_idle_processs_answers_go_with_its_next_read(server: RedisServer) -> 
     """No next step: the read of a copy no longer trusted writes them (its reply as fresh)."""
     a, b = fleet(server)
     tracker = a.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.update(_answered_before)
     tracker.observe(200, Hints(), a.clock(), counted=False)
-    tracker.synced -= redis_store.TRUST  # the copy no longer trusted
+    tracker.cell.synced -= redis_store.TRUST  # the copy no longer trusted
     before = _evalsha_calls(server)
     assert tracker.view(a.clock()).origin == ORIGIN
     assert _evalsha_calls(server) - before == 1  # the write, no read after it
-    assert not tracker.deferred
+    assert not tracker.cell.deferred
     assert b.track(ORIGIN).read(lambda o: o.through, fresh=True) == 11
     tracker.observe(200, Hints(), a.clock(), counted=False)
     before = _evalsha_calls(server)
@@ -876,36 +879,36 @@ def test_deferred_answers_are_bounded(server: RedisServer, monkeypatch: pytest.M
     monkeypatch.setattr(redis_tracker, "MAX_DEFERRED", 2)
     (a,) = fleet(server, 1)
     tracker = a.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.update(_answered_before)  # the key read, the scripts loaded
     before = _evalsha_calls(server)
     for _ in range(3):
         tracker.observe(200, Hints(), a.clock(), counted=False)
     assert _evalsha_calls(server) - before == 1  # the third, with the two before it
-    assert not tracker.deferred
+    assert not tracker.cell.deferred
     assert fleet(server, 1)[0].track(ORIGIN).read(lambda o: o.through, fresh=True) == 13
 
 
 def test_deferred_answers_go_to_memory_when_redis_is_found_away(server: RedisServer) -> None:
     (a,) = fleet(server, 1)
     tracker = a.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.update(_answered_before)
     tracker.observe(200, Hints(), a.clock(), counted=False)
     server.kill()
     touch(tracker)
-    assert not tracker.link.up
-    assert not tracker.deferred
-    assert tracker.fallback.state.through == 11  # handed over with the copy
+    assert not tracker.cell.link.up
+    assert not tracker.cell.deferred
+    assert tracker.cell.fallback.state.through == 11  # handed over with the copy
     tracker.observe(200, Hints(), a.clock(), counted=False)  # down: in memory at once
-    assert tracker.fallback.state.through == 12
+    assert tracker.cell.fallback.state.through == 12
 
 
 def test_a_success_on_a_learned_rate_is_written_at_once(server: RedisServer) -> None:
     """The controller measures the fleet's rate from those at any process's next throttle."""
     a, b = fleet(server)
     tracker = a.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.update(lambda o: setattr(o, "learned", True))
     before = _evalsha_calls(server)
     tracker.observe(200, Hints(), a.clock(), counted=False)
@@ -923,12 +926,13 @@ def test_an_answer_out_with_a_write_that_loses_a_race_stays_on_the_copy(
     """
     a, b = fleet(server)
     tracker = a.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
     tracker.update(_answered_before)  # the key read, the scripts loaded
     tracker.observe(200, Hints(), a.clock(), counted=False)  # deferred: 11 on the copy
 
     def start(limit: float) -> tuple[Any, Any]:
-        steps = tracker._try(lambda o: setattr(o, "limit", limit))
+        steps = cell._try(lambda o, _s: setattr(o, "limit", limit))
         return steps, next(steps)
 
     def finish(steps: Any, reply: Any) -> Any:
@@ -937,16 +941,16 @@ def test_an_answer_out_with_a_write_that_loses_a_race_stays_on_the_copy(
         return stop.value.value
 
     first, trip = start(1.0)  # on the copy: carries the answer
-    assert not tracker.deferred
+    assert not cell.deferred
     second, other = start(2.0)  # a private copy while the first is out: carries nothing
     assert finish(second, other.carrier.send(other))[1] is None  # written
     lost = trip.carrier.send(trip)  # the first, at Redis after the second: refused
     third, last = start(3.0)
     assert finish(third, last.carrier.send(last))[1] is None  # written: the copy is newer
-    assert tracker.state.through == 10  # the answer is out with the first write
+    assert cell.state.through == 10  # the answer is out with the first write
     assert finish(first, lost)[1] is not None  # the first: not written
-    assert tracker.state.through == 11  # its answer back on the copy
-    assert len(tracker.deferred) == 1
+    assert cell.state.through == 11  # its answer back on the copy
+    assert len(cell.deferred) == 1
     tracker.update(lambda o: None)
     assert b.track(ORIGIN).read(lambda o: (o.through, o.limit), fresh=True) == (11, 3.0)
 
@@ -992,14 +996,14 @@ def test_a_child_forked_from_a_redis_pacer_is_a_process_of_its_own(server: Redis
             now = pacer.clock()
             child.acquire(now, not_before=now + 0.2, deadline=now + 5)
             touch(child)
-            os.write(write, child.me.encode())  # type: ignore[attr-defined]
+            os.write(write, child.cell.me.encode())  # type: ignore[attr-defined]
         finally:
             os._exit(0)
     os.close(write)
     child_me = os.read(read, 64).decode()
     os.waitpid(pid, 0)
     assert child_me
-    assert child_me != tracker.me  # type: ignore[attr-defined]
+    assert child_me != tracker.cell.me  # type: ignore[attr-defined]
     now = pacer.clock()
     tracker.acquire(now, not_before=now + 0.2, deadline=now + 5)
     assert pacer.view(ORIGIN).waiting == 2  # the child's and this process's, apart
@@ -1015,12 +1019,12 @@ def test_a_restart_that_flaps_is_one_warning_and_one_back(
     with caplog.at_level(logging.WARNING, logger="smoothclient.pacing"):
         for _ in range(3):
             server.kill()
-            tracker.link.down_until = 0.0  # type: ignore[attr-defined]
+            tracker.cell.link.down_until = 0.0  # type: ignore[attr-defined]
             touch(tracker)
             server.start()
-            tracker.link.down_until = 0.0  # type: ignore[attr-defined]
+            tracker.cell.link.down_until = 0.0  # type: ignore[attr-defined]
             touch(tracker)
-            assert tracker.link.up  # type: ignore[attr-defined]
+            assert tracker.cell.link.up  # type: ignore[attr-defined]
     said = [r.getMessage() for r in caplog.records]
     assert sum("Redis failed" in m for m in said) == 1
     assert sum("Redis is back" in m for m in said) == 1

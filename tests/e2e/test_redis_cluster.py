@@ -29,7 +29,7 @@ from smoothclient.hints import Hints
 from smoothclient.pacing.keys import origin_key
 from smoothclient.pacing.redis.clients import parse_nodes_url
 from smoothclient.pacing.redis.link import Link
-from smoothclient.pacing.redis.store import RedisTracker, redis_key
+from smoothclient.pacing.redis.store import RedisCell, redis_key
 from smoothclient.pacing.store import run_async
 from smoothclient.tools.redis_server import RedisCluster, RedisServer, binary, cli
 from smoothclient.tools.server import LimitedServer
@@ -140,7 +140,7 @@ def test_a_gate_closes_its_origin_for_the_fleet_on_every_master(cluster: RedisCl
         assert b.view(origin).gate_in == pytest.approx(2.0, abs=0.1)
         assert b.track(origin).acquire(b.clock()).delay > 1.5
     for pacer in (a, b):
-        link = pacer.track("https://api0.test:443").link  # type: ignore[attr-defined]
+        link = pacer.track("https://api0.test:443").cell.link  # type: ignore[attr-defined]
         assert link.up
         assert link.failures == 0  # no step failed over to memory (a MovedError would)
 
@@ -171,7 +171,7 @@ def test_slots_are_never_given_twice_across_the_fleet_on_a_loop(cluster: RedisCl
 
     async def slot(pacer: Pacer) -> float:
         tracker = pacer.track(origin)
-        assert isinstance(tracker, RedisTracker)
+        assert isinstance(tracker.cell, RedisCell)
         now = pacer.clock()
         admission = await run_async(tracker.steps.acquire(now, deadline=now + 60))
         while not admission.final:
@@ -188,7 +188,7 @@ def test_slots_are_never_given_twice_across_the_fleet_on_a_loop(cluster: RedisCl
     assert len(slots) == 30
     assert min(b - a for a, b in itertools.pairwise(slots)) >= 0.02 - 0.004
     for pacer in pacers:
-        assert pacer.track(origin).link.failures == 0  # type: ignore[attr-defined]
+        assert pacer.track(origin).cell.link.failures == 0  # type: ignore[attr-defined]
 
 
 def test_a_script_flushed_on_every_node_is_loaded_again_where_its_key_lives(
@@ -201,8 +201,8 @@ def test_a_script_flushed_on_every_node_is_loaded_again_where_its_key_lives(
     for node in cluster.nodes:
         assert node.ask("SCRIPT", "FLUSH") == b"+OK\r\n"
     tracker.observe(503, Hints(retry_after=3.0), pacer.clock(), counted=False)
-    assert isinstance(tracker, RedisTracker)
-    assert tracker.link.failures == 0
+    assert isinstance(tracker.cell, RedisCell)
+    assert tracker.cell.link.failures == 0
     assert fleet(cluster, 1)[0].view(origin).gate_in > 2
 
 
@@ -231,10 +231,10 @@ def test_a_slot_moved_elsewhere_is_followed(cluster: RedisCluster) -> None:
     move_slot(cluster, redis_key(origin), to)
     assert cluster.node_of(redis_key(origin)) is to
     tracker = a.track(origin)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.observe(503, Hints(retry_after=4.0), a.clock(), counted=False)  # its table: stale
-    assert tracker.link.failures == 0
-    assert tracker.link.client.get_node_from_key(redis_key(origin)).port == to.port  # mended
+    assert tracker.cell.link.failures == 0
+    assert tracker.cell.link.client.get_node_from_key(redis_key(origin)).port == to.port  # mended
     assert b.view(origin).gate_in == pytest.approx(4.0, abs=0.1)
     assert to.ask("EXISTS", redis_key(origin)) == b":1\r\n"
 
@@ -248,16 +248,16 @@ def test_a_cluster_client_and_its_asyncio_twin_are_accepted(cluster: RedisCluste
     client = client_of(cluster)
     by_client = Pacer(storage=client, probe=0)
     by_client.track(origin).observe(503, Hints(retry_after=2.0), by_client.clock(), counted=False)
-    assert by_client.track(origin).link.client is client  # type: ignore[attr-defined]
+    assert by_client.track(origin).cell.link.client is client  # type: ignore[attr-defined]
 
     async def main() -> float:
         nodes = [AsyncNode("127.0.0.1", n.port) for n in cluster.nodes]
         twin = AsyncClient(startup_nodes=nodes)
         pacer = Pacer(storage=twin, probe=0)
         tracker = pacer.track(origin)
-        assert isinstance(tracker, RedisTracker)
+        assert isinstance(tracker.cell, RedisCell)
         gate = await run_async(tracker.steps.read(lambda o: o.gate, fresh=True))
-        assert tracker.link.loops.given is twin
+        assert tracker.cell.link.loops.given is twin
         assert pacer.view(origin).gate_in > 1.5  # sync steps: a client made like it
         await twin.aclose()
         return float(gate - pacer.clock())
@@ -275,7 +275,7 @@ def test_a_child_forked_from_a_cluster_pacer_is_a_process_of_its_own(
     origin = "https://api6.test:443"
     (pacer,) = fleet(cluster, 1)
     tracker = pacer.track(origin)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     tracker.read(lambda o: None, fresh=True)
     read, write = os.pipe()
     pid = os.fork()
@@ -283,13 +283,13 @@ def test_a_child_forked_from_a_cluster_pacer_is_a_process_of_its_own(
         try:
             now = pacer.clock()
             tracker.acquire(now, not_before=now + 0.2, deadline=now + 5)
-            os.write(write, f"{tracker.me} {tracker.link.failures}".encode())
+            os.write(write, f"{tracker.cell.me} {tracker.cell.link.failures}".encode())
         finally:
             os._exit(0)
     os.close(write)
     child_me, failures = os.read(read, 64).decode().split()
     os.waitpid(pid, 0)
-    assert child_me != tracker.me
+    assert child_me != tracker.cell.me
     assert failures == "0"  # its step went to the cluster
     now = pacer.clock()
     tracker.acquire(now, not_before=now + 0.2, deadline=now + 5)
@@ -379,12 +379,12 @@ def test_a_sync_herd_completes_with_its_master_killed_in_the_middle(
         assert time.monotonic() < deadline
         time.sleep(0.02)
     tracker = pacers[0].track(elsewhere)
-    assert isinstance(tracker, RedisTracker)
-    tracker.link.down_until = -math.inf  # its pause over: the next step asks
+    assert isinstance(tracker.cell, RedisCell)
+    tracker.cell.link.down_until = -math.inf  # its pause over: the next step asks
     started = time.monotonic()
     tracker.read(lambda o: None, fresh=True)
     assert time.monotonic() - started < 0.2  # redis-py's cluster client sleeps 0.25 s first
-    assert not tracker.link.up  # an outage, not a key's trouble
+    assert not tracker.cell.link.up  # an outage, not a key's trouble
 
 
 def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
@@ -421,8 +421,8 @@ def test_an_async_herd_completes_with_its_master_killed_in_the_middle(
         for client in clients:
             await client.aclose()
         tracker = pacers[0].track(origin)
-        assert isinstance(tracker, RedisTracker)
-        seen = tracker.link.nodes.failures or tracker.link.down_since is not None
+        assert isinstance(tracker.cell, RedisCell)
+        seen = tracker.cell.link.nodes.failures or tracker.cell.link.down_since is not None
         assert seen  # the death seen, the node's or the cluster's (else this proves nothing)
         return statuses
 
@@ -460,7 +460,7 @@ def test_a_master_away_pauses_its_own_keys_only(
             other = (b if pacer is a else a).track(kept)
             gate = other.read(lambda o: o.gate, fresh=True) - pacer.clock()
             assert gate == pytest.approx(seconds, abs=0.1)  # shared through its master
-    link = a.track(kept).link  # type: ignore[attr-defined]
+    link = a.track(kept).cell.link  # type: ignore[attr-defined]
     assert link.up
     assert link.up_for(redis_key(kept))
     assert not link.up_for(redis_key(lost))
@@ -470,10 +470,10 @@ def test_a_master_away_pauses_its_own_keys_only(
 
     async def on_a_loop() -> None:  # the same with a loop's asyncio cluster client
         (c,) = fleet(cluster, 1)
-        link = c.track(kept).link  # type: ignore[attr-defined]
+        link = c.track(kept).cell.link  # type: ignore[attr-defined]
         for origin in (lost, kept):
             tracker = c.track(origin)
-            assert isinstance(tracker, RedisTracker)
+            assert isinstance(tracker.cell, RedisCell)
             await run_async(tracker.steps.observe(503, Hints(retry_after=5.0), c.clock()))
         assert not link.up_for(redis_key(lost))
         assert link.up_for(redis_key(kept))

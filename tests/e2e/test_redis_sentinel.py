@@ -10,7 +10,7 @@ import pytest
 
 from smoothclient import Pacer
 from smoothclient.hints import Hints
-from smoothclient.pacing.redis.store import RedisTracker
+from smoothclient.pacing.redis.store import RedisCell
 from smoothclient.pacing.store import run_async
 from smoothclient.tools.redis_server import RedisServer, binary, sentinel
 
@@ -43,15 +43,15 @@ def test_a_sentinel_url_paces_on_the_master_it_names(
     )
     assert direct.view(ORIGIN).gate_in == pytest.approx(2.0, abs=0.1)
     tracker = by_sentinel.track(ORIGIN)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
 
     async def on_a_loop() -> float:
         gate = await run_async(tracker.steps.read(lambda o: o.gate, fresh=True))
         return float(gate - by_sentinel.clock())
 
     assert asyncio.run(on_a_loop()) == pytest.approx(2.0, abs=0.2)
-    assert tracker.link.up
-    assert tracker.link.failures == 0
+    assert tracker.cell.link.up
+    assert tracker.cell.link.failures == 0
 
 
 def test_clients_from_master_for_are_accepted(servers: tuple[RedisServer, RedisServer]) -> None:
@@ -66,9 +66,9 @@ def test_clients_from_master_for_are_accepted(servers: tuple[RedisServer, RedisS
 
     async def read(pacer: Pacer) -> float:
         tracker = pacer.track(ORIGIN)
-        assert isinstance(tracker, RedisTracker)
+        assert isinstance(tracker.cell, RedisCell)
         gate = await run_async(tracker.steps.read(lambda o: o.gate, fresh=True))
-        assert tracker.link.failures == 0
+        assert tracker.cell.link.failures == 0
         return float(gate - pacer.clock())
 
     assert asyncio.run(read(by_client)) == pytest.approx(2.0, abs=0.2)
@@ -79,7 +79,7 @@ def test_clients_from_master_for_are_accepted(servers: tuple[RedisServer, RedisS
         pacer = Pacer(storage=twin, probe=0)
         assert pacer.view(ORIGIN).gate_in > 1.5  # sync steps: a client from the same Sentinels
         seen = await read(pacer)
-        made = pacer.track(ORIGIN).link.client  # type: ignore[attr-defined]  # sync steps'
+        made = pacer.track(ORIGIN).cell.link.client  # type: ignore[attr-defined]  # sync steps'
         for each in (made, *made.connection_pool.sentinel_manager.sentinels):  # (never closed)
             each.close()
         await twin.aclose()
@@ -104,8 +104,8 @@ def test_a_master_gone_fails_open(servers: tuple[RedisServer, RedisServer]) -> N
     now = pacer.clock()
     admission = tracker.acquire(now, deadline=now + 10)
     assert time.monotonic() - started < 0.5
-    assert isinstance(tracker, RedisTracker)
-    assert not tracker.link.up  # the master's death seen
+    assert isinstance(tracker.cell, RedisCell)
+    assert not tracker.cell.link.up  # the master's death seen
     assert admission.delay > 1.5  # from memory: the gate it saw last
 
 

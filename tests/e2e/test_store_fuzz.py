@@ -29,7 +29,7 @@ from smoothclient import Pacer
 from smoothclient.errors import SmoothError
 from smoothclient.hints import Hints
 from smoothclient.pacing.codec import dump
-from smoothclient.pacing.redis.store import RedisTracker, redis_key
+from smoothclient.pacing.redis.store import RedisCell, redis_key
 from smoothclient.pacing.state import OriginState
 from smoothclient.pacing.store import run_async
 from smoothclient.tools.redis_server import RedisServer, binary
@@ -139,7 +139,7 @@ def _steps(pacer: Pacer, key: str, status: int, hints: Hints) -> list[float]:
 async def _steps_async(pacer: Pacer, key: str, status: int, hints: Hints) -> list[float]:
     """The same steps on an event loop (redis.asyncio)."""
     tracker = pacer._store.tracker(key)
-    assert isinstance(tracker, RedisTracker)
+    assert isinstance(tracker.cell, RedisCell)
     steps = tracker.steps
     now = pacer.clock()
     admission = await run_async(steps.acquire(now, deadline=now + 10 * MAX_GATE))
@@ -203,5 +203,5 @@ def test_any_store_contents_keep_the_pacer_within_its_bounds(
 
 def _client_of(pacer: Pacer) -> Any:
     tracker = pacer.track(OTHER)
-    assert isinstance(tracker, RedisTracker)
-    return tracker.link.client
+    assert isinstance(tracker.cell, RedisCell)
+    return tracker.cell.link.client

@@ -10,7 +10,7 @@ import pytest
 from smoothclient import Pacer, RetryPolicy
 from smoothclient.edges.lane import FastLane, Lane
 from smoothclient.hints import GENERIC, Hints
-from smoothclient.pacing.store import MemoryTracker, run
+from smoothclient.pacing.store import KeyTracker, MemoryCell, run
 from smoothclient.testing import FakeClock
 
 ORIGIN = "http://api.test:80"
@@ -53,14 +53,16 @@ def test_a_plain_success_sent_to_a_healthy_origin(driver: str, paced_since: bool
     clock, pacer, lane = known_origin()
     entry, tracker, sent_at = lane.enter(ORIGIN)
     assert entry is Lane.HEALTHY
-    assert isinstance(tracker, MemoryTracker)
+    assert isinstance(tracker, KeyTracker)
+    assert isinstance(tracker.cell, MemoryCell)
+    state = tracker.cell.state
     clock.advance(0.1)
     if paced_since:
         for _ in range(12):  # a herd's first wave, throttled
             tracker.observe(429, Hints(), clock(), sent_at=clock(), counted=False)
         assert pacer.view(ORIGIN).learned
-    through, successes = tracker.state.through, len(tracker.state.successes)
+    through, successes = state.through, len(state.successes)
     assert leave(lane, driver, tracker, entry, sent_at, Answer(200), ORIGIN) is not None
-    assert tracker.state.through == through + paced_since  # learned from, or only noted
-    assert len(tracker.state.successes) == successes + 1
+    assert state.through == through + paced_since  # learned from, or only noted
+    assert len(state.successes) == successes + 1
     assert pacer.view(ORIGIN).in_flight == 0  # it was never counted: nothing to release

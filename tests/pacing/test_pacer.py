@@ -13,16 +13,16 @@ from smoothclient.pacing import GITHUB_SCOPES
 from smoothclient.pacing.learning import MAX_WINDOW_GUESSES
 from smoothclient.pacing.pacer import PacerLike
 from smoothclient.pacing.state import EARLY_MAX, Kind
-from smoothclient.pacing.store import MemoryTracker
+from smoothclient.pacing.store import MemoryCell
 
 ORIGIN = "http://api.test:80"
 
 
-def memory(p: Pacer) -> MemoryTracker:
-    """The in-memory tracker of ORIGIN, to look at its state."""
+def memory(p: Pacer) -> MemoryCell:
+    """The in-memory cell of ORIGIN, to look at its state."""
     tracker = p.track(ORIGIN)
-    assert isinstance(tracker, MemoryTracker)
-    return tracker
+    assert isinstance(tracker.cell, MemoryCell)
+    return tracker.cell
 
 
 def admit(p: Pacer, now: float, **kw: float) -> float:
@@ -130,8 +130,8 @@ def test_a_bucket_that_throttled_is_closed_until_its_reset() -> None:
     p = Pacer(probe=0)
     known(p)
     t = p.track(ORIGIN)
-    assert isinstance(t, MemoryTracker)
-    t.state.kind = "bucket"
+    assert isinstance(t.cell, MemoryCell)
+    t.cell.state.kind = "bucket"
     t.acquire(0.0)
     t.sent()
     t.observe(429, Hints(remaining=0, limit=5000, reset_after=60.0), 0.0)
@@ -149,8 +149,8 @@ def test_a_quota_a_throttle_said_spent_is_closed_until_its_reset(kind: Kind) -> 
     p = Pacer(probe=0)
     known(p)
     t = p.track(ORIGIN)
-    assert isinstance(t, MemoryTracker)
-    t.state.kind = kind
+    assert isinstance(t.cell, MemoryCell)
+    t.cell.state.kind = kind
     t.acquire(0.0)
     t.sent()
     t.observe(429, Hints(remaining=0, limit=5000, reset_after=60.0), 0.0)

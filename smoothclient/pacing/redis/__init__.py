@@ -2,8 +2,8 @@
 The Redis store: a fleet of processes sharing one pacer's state (see :mod:`.store`).
 
 - :mod:`.store`: :class:`~.store.RedisStore` and the design of the store;
-- :mod:`.tracker`: one key's copy and its round trips;
-- :mod:`.steps`: each step once, as a generator of round trips;
+- :mod:`.tracker`: one key's copy and its round trips (the store's cell: its ``update`` and
+  ``read`` as generators of round trips);
 - :mod:`.link`: round trips, health and the fleet's clock;
 - :mod:`.scripts`: the two Lua scripts and how a round trip runs them (the only code here
   that sends Redis a command, with :mod:`.link`);

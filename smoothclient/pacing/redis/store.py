@@ -36,7 +36,8 @@ atomic across the fleet.
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.
 
-**One definition, two drivers.** Each step (:class:`~.steps.RedisSteps`) is a generator: it
+**One definition, two drivers.** Each step (an operation of
+:class:`~..store.KeyTracker`, over the cell's ``update`` or ``read``) is a generator: it
 applies the pure transition to the copy, yields its round trip (a :class:`~..store.Trip`: the
 ``SAVE`` or ``READ`` script of :mod:`.scripts`, keys and arguments) and handles the reply
 (written; or someone wrote first: adopt what Redis holds and go again; or failed: fall back).
@@ -47,8 +48,9 @@ client and bounded by the timeout), so the loop never blocks. Both feed one flee
 (:meth:`Link.tick`) and note failures one way. ``redis.asyncio`` runs on asyncio only: on trio
 the async edges take the same steps in worker threads with the sync client.
 
-- **One key's copy** and its steps' round trips are :class:`~.tracker.RedisTracker`
-  (:mod:`.tracker`); each step is defined once in :mod:`.steps`.
+- **One key's copy** and its steps' round trips are :class:`~.tracker.RedisCell`
+  (:mod:`.tracker`), the store's cell; each operation is defined once over it
+  (:class:`~..store.KeyTracker`).
 - **Clients, round trips and the clock** live in :mod:`.link`.
 - **Concurrency**: no lock is held across a round trip by an async driver; the copy's lock
   guards only the moments a step computes or adopts.  Tasks of one process race like
@@ -71,10 +73,9 @@ from typing import Any
 
 from ..keys import LruMap
 from ..state import Settings
-from ..store import MemoryStore
+from ..store import KeyTracker, MemoryStore
 from .link import TIMEOUT, Link, LoopClients, connect
-from .steps import RedisSteps
-from .tracker import COHORT_TTL, MAX_DEFERRED, TRUST, RedisTracker, redis_key
+from .tracker import COHORT_TTL, MAX_DEFERRED, TRUST, RedisCell, redis_key
 
 __all__ = [
     "COHORT_TTL",
@@ -82,9 +83,8 @@ __all__ = [
     "TRUST",
     "Link",
     "LoopClients",
-    "RedisSteps",
+    "RedisCell",
     "RedisStore",
-    "RedisTracker",
     "connect",
     "redis_key",
 ]
@@ -119,11 +119,13 @@ class RedisStore:
         self.fallback = MemoryStore(settings, max_keys=max_keys, max_scoped=max_scoped)
         self.me = uuid.uuid4().hex[:12]  # this process, among the fleet's (new after a fork)
         fleet = dataclasses.replace(settings, shared=True)  # the fallback's is this process's
-        self._map: LruMap[str, RedisTracker] = LruMap(
+        self._map: LruMap[str, KeyTracker] = LruMap(
             max_keys + max_scoped,
-            lambda key: RedisTracker(key, fleet, self.link, self.fallback.tracker(key), self.me),
+            lambda key: KeyTracker(
+                RedisCell(key, fleet, self.link, self.fallback.cell(key), self.me)
+            ),
         )
-        self.peek: Callable[[str], RedisTracker | None] = self._map.peek
+        self.peek: Callable[[str], KeyTracker | None] = self._map.peek
         _STORES.add(self)
 
     def forked(self) -> None:
@@ -140,10 +142,10 @@ class RedisStore:
         self._map.forked()
         for key in self._map.keys():  # noqa: SIM118 - an LruMap, not a dict
             tracker = self._map.peek(key)
-            if tracker is not None:
-                tracker.forked(self.me)
+            if tracker is not None and isinstance(tracker.cell, RedisCell):
+                tracker.cell.forked(self.me)
 
-    def tracker(self, key: str) -> RedisTracker:
+    def tracker(self, key: str) -> KeyTracker:
         return self._map.get(key)
 
     def keys(self) -> list[str]:

@@ -1,8 +1,11 @@
 """
 One key of a Redis store: this process's copy of its state, and its steps' round trips.
 
-The design (keys, the fleet's clock, cohort counts, deferred answers, faults, concurrency)
-is described in :mod:`.store`; each step is defined once in :mod:`.steps`.
+:class:`RedisCell` is the store's :class:`~..store.Cell`: its two primitives (``update``,
+``read``) as generators of round trips, the fast lane's calls and this process's counts;
+every operation of a tracker is written once over them (:class:`~..store.KeyTracker`).  The
+design (keys, the fleet's clock, cohort counts, deferred answers, faults, concurrency) is
+described in :mod:`.store`.
 """
 
 from __future__ import annotations
@@ -19,17 +22,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...engine.decide import CohortView
-from ...hints.model import Hints
 from ...policy import RetryBudget
 from .. import admission as adm
 from ..codec import KEEP, clamped, dump, load
-from ..state import MAX_SUCCESSES, Admission, OriginState, OriginView, Settings
-from ..store import MemoryTracker, Steps, Trip, run
+from ..state import MAX_SUCCESSES, OriginState, Settings
+from ..store import Later, MemoryCell, Step, Steps, Trip, run
 from .link import Link, _Down
-from .steps import RedisSteps
 
-__all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisTracker", "redis_key"]
+__all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisCell", "redis_key"]
 
 log = logging.getLogger("smoothclient.pacing")
 T = TypeVar("T")
@@ -54,24 +54,25 @@ def _horizon(o: OriginState, settings: Settings, now: float) -> float:
     return min(max(0.0, latest - now), 7 * 86400.0) + LINGER
 
 
-class RedisTracker:
+class RedisCell:
     """
-    A :class:`~smoothclient.pacing.store.Tracker` over one key in Redis (see the module).
+    A :class:`~smoothclient.pacing.store.Cell` over one key in Redis (see the module).
 
-    Each step is written once, as a generator of round trips (:attr:`steps`, a
-    :class:`~.steps.RedisSteps`); the plain methods drive it here (:func:`~..store.run`,
-    the sync client), async edges on asyncio drive the same generators on their event loop
-    (:func:`~..store.run_async`, ``redis.asyncio``). No lock is held across a round trip by an
-    async driver: ``lock`` guards the copy only while a step computes or adopts (no I/O).
-    Threads take ``turn`` across a whole sync step (so they queue, as on one connection,
-    instead of racing), but tasks race: the version check orders them. A step computes on the
-    copy in place, or on a private copy while another step's write of the copy is out (so a
-    change is never applied twice); its effect on this process's counts is applied at once and
-    taken back if its write fails.
+    Its primitives are generators of round trips: a tracker's plain methods drive them here
+    (:func:`~..store.run`, the sync client), async edges on asyncio drive the same generators
+    on their event loop (:func:`~..store.run_async`, ``redis.asyncio``).  Redis down, each
+    step goes to ``fallback`` (this process's memory) with the settings of one process.
+
+    No lock is held across a round trip by an async driver: ``lock`` guards the copy only
+    while a step computes or adopts (no I/O).  Threads take ``turn`` across a whole sync step
+    (so they queue, as on one connection, instead of racing), but tasks race: the version
+    check orders them.  A step computes on the copy in place, or on a private copy while
+    another step's write of the copy is out (so a change is never applied twice); its effect
+    on this process's counts is applied at once and taken back if its write fails.
     """
 
     def __init__(
-        self, key: str, settings: Settings, link: Link, fallback: MemoryTracker, me: str
+        self, key: str, settings: Settings, link: Link, fallback: MemoryCell, me: str
     ) -> None:
         """Track ``key``; ``fallback`` serves while Redis is down; ``me`` names this process."""
         self.key = key
@@ -110,11 +111,6 @@ class RedisTracker:
         self.synced = -math.inf  # read the key again before trusting the copy
         self.lock = threading.Lock()
         self.turn = threading.Lock()
-
-    @property
-    def steps(self) -> RedisSteps:
-        """The steps as generators of round trips (what the edges drive)."""
-        return RedisSteps(self)  # made when asked: no cycle keeps a dropped store's client
 
     def _take_turn(self) -> Steps[Any]:
         """
@@ -207,23 +203,29 @@ class RedisTracker:
                 self._adopt(version, text, cohort, self.link.clock())
             self.synced = max(self.synced, received)
 
-    def _step(
+    def update(
         self,
-        step: Callable[[OriginState], T],
-        fallback: Callable[[MemoryTracker], T],
+        step: Step[T],
+        *,
         busy: Callable[[], T] | None = None,
+        later: Later | None = None,
     ) -> Steps[T]:
         """
         ``step`` applied atomically across the fleet; in this process's memory if down.
+
+        ``later`` (an answer the others may learn a step later): taken on the copy at once
+        and written with this process's next step (:meth:`defer`), when it can wait.
 
         Other processes (or tasks) writing first every time for longer than the store's
         timeout: the answer is ``busy()`` (nothing taken: "not now"), or, without one, the
         step's result on this process's copy.
         """
+        if later is not None and later.may(self.state) and self.defer(later, step):
+            return None  # type: ignore[return-value]  # (an answer: None) on the copy now
         turn = yield from self._take_turn()
         try:
             if not self.link.up_for(self.redis_key):
-                return self._in_memory(fallback)
+                return self._in_memory(step)
             started = time.monotonic()
             try:
                 while True:  # another process wrote first: again, on what it wrote
@@ -241,12 +243,12 @@ class RedisTracker:
             except _Down:
                 with self.lock:
                     self._hand_over()
-                return self._in_memory(fallback)
+                return self._in_memory(step)
         finally:
             if turn is not None:
                 turn.release()
 
-    def _in_memory(self, fallback: Callable[[MemoryTracker], T]) -> T:
+    def _in_memory(self, step: Step[T]) -> T:
         """
         A step taken in this process's memory (Redis is away), its change of counts kept too.
 
@@ -258,12 +260,12 @@ class RedisTracker:
         with self.lock:
             state = self.fallback.state
             before = (state.waiting, state.in_flight)
-            result = fallback(self.fallback)
+            result = run(self.fallback.update(step))
             self.mine[0] += state.waiting - before[0]
             self.mine[1] += state.in_flight - before[1]
         return result
 
-    def _try(self, step: Callable[[OriginState], T]) -> Steps[tuple[T, list[int] | None]]:
+    def _try(self, step: Step[T]) -> Steps[tuple[T, list[int] | None]]:
         """
         ``step`` on the copy, written if nobody wrote since.
 
@@ -290,7 +292,7 @@ class RedisTracker:
             before = (state.waiting, state.in_flight)
             if self.unsent:
                 _merge_successes(state, self.unsent)
-            result = step(state)
+            result = step(state, self.settings)
             delta = [state.waiting - before[0], state.in_flight - before[1]]
             self.mine = [self.mine[0] + delta[0], self.mine[1] + delta[1]]
             text = dump(state)
@@ -409,16 +411,20 @@ class RedisTracker:
         self.deferred.clear()  # on the copy, so in the fallback's state now
         self.synced = -math.inf
 
-    def _local(self, change: Callable[[list[int]], None], fallback: Callable[[], None]) -> None:
+    def count(self, waiting: int, in_flight: int, *, known: bool = False) -> None:
         """A change of this process's counts only: written with its next step."""
         with self.lock:
-            change(self.mine)  # its own, whatever store paces it (:meth:`_in_memory`)
+            # its own, whatever store paces it (:meth:`_in_memory`)
+            self.mine[0] += waiting
+            self.mine[1] += in_flight
+            if known:
+                self.state.known = True
             if self.link.up_for(self.redis_key):
                 self._count()
             else:
-                fallback()
+                self.fallback.count(waiting, in_flight, known=known)
 
-    def _read(self, look: Callable[[OriginState], T], fresh: bool) -> Steps[T]:
+    def read(self, look: Step[T], *, fresh: bool = False) -> Steps[T]:
         """
         ``look`` at the copy (read again if older than TRUST, or ``fresh``).
 
@@ -427,9 +433,9 @@ class RedisTracker:
         """
         if not fresh and self._trusted() and self.link.up_for(self.redis_key):
             with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
-                return look(self.state)
+                return look(self.state, self.settings)
         if self.deferred and self.link.up_for(self.redis_key):
-            yield from self._step(_unchanged, _unchanged)
+            yield from self.update(_unchanged)
             fresh = False  # the write's reply (or what it adopted) is as fresh as a read
         turn = yield from self._take_turn()
         try:
@@ -437,46 +443,48 @@ class RedisTracker:
                 try:
                     yield from self._refresh(fresh)
                     with self.lock:
-                        return look(self.state)
+                        return look(self.state, self.settings)
                 except _Down:
                     with self.lock:
                         self._hand_over()
-            return self.fallback.read(look)
+            settings = self.settings  # (the fleet's, as on the copy)
+            return run(self.fallback.read(lambda o, _s: look(o, settings)))
         finally:
             if turn is not None:
                 turn.release()
 
-    def defer(
-        self,
-        answer: Callable[[OriginState], object],
-        counted: bool,
-        fallback: Callable[[MemoryTracker], object],
-    ) -> bool:
+    def defer(self, later: Later, step: Step[object]) -> bool:
         """
-        Take ``answer`` on the copy now; it goes to Redis with this process's next step.
+        Take ``later.answer`` on the copy now; it goes to Redis with this process's next step.
 
         For answers that close nothing: the fleet learns them a step later, and the request
-        that got them costs one round trip (its slot), not two.  ``counted``: the request
-        leaves this process's in-flight count at once.  False when :data:`MAX_DEFERRED`
-        answers already wait (write this one now, and them with it).
+        that got them costs one round trip (its slot), not two.  ``later.released``: the
+        request leaves this process's in-flight count at once.  False when
+        :data:`MAX_DEFERRED` answers already wait (write this one now, and them with it).
+        Redis down: ``step`` (the whole update) in this process's memory.
         """
         if not self.link.up_for(self.redis_key):
-            self._in_memory(fallback)
+            self._in_memory(step)
             return True
+        settings = self.settings
+
+        def answer(o: OriginState) -> object:
+            return later.answer(o, settings)
+
         with self.lock:
             if len(self.deferred) >= MAX_DEFERRED:
                 return False
-            if counted:
+            if later.released:
                 self.mine[1] -= 1
             answer(self.state)
             self.deferred.append(answer)
             self._count()
         return True
 
-    # ------------------------------------------------------------------ the protocol
+    # ------------------------------------------------------------------ the fast lane
 
     def _healthy(self, now: float) -> bool:
-        return self.read(lambda o: adm.healthy(o, now))
+        return run(self.read(lambda o, _s: adm.healthy(o, now)))
 
     @property
     def note_success(self) -> Callable[[float], None]:
@@ -489,78 +497,12 @@ class RedisTracker:
         else:
             self.fallback.note_success(now)
 
-    def try_now(self, now: float) -> bool:
-        return run(self.steps.try_now(now))
-
-    def when(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        return run(self.steps.when(now, not_before=not_before, deadline=deadline))
-
-    def acquire(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        return run(self.steps.acquire(now, not_before=not_before, deadline=deadline))
-
-    def sent(self) -> None:
-        def change(mine: list[int]) -> None:
-            mine[0] -= 1
-            mine[1] += 1
-
-        self._local(change, self.fallback.sent)
-
-    def cancel(self) -> None:
-        def change(mine: list[int]) -> None:
-            mine[0] -= 1
-
-        self._local(change, self.fallback.cancel)
-
-    def adopt(self) -> None:
-        def change(mine: list[int]) -> None:
-            mine[1] += 1
-
-        self._local(change, self.fallback.adopt)
-
-    def failed(self) -> None:
-        def change(mine: list[int]) -> None:
-            mine[1] -= 1
-            self.state.known = True
-
-        self._local(change, self.fallback.failed)
-
-    def observe(
-        self,
-        status: int,
-        hints: Hints,
-        now: float,
-        *,
-        sent_at: float | None = None,
-        counted: bool = True,
-    ) -> None:
-        run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
-
-    def cohort(self, now: float) -> CohortView:
-        return run(self.steps.cohort(now))
-
-    def record_attempt(self, budget: RetryBudget, now: float) -> None:
-        run(self.steps.record_attempt(budget, now))
-
-    def try_retry(self, budget: RetryBudget, now: float) -> bool:
-        return run(self.steps.try_retry(budget, now))
-
-    def update(self, step: Callable[[OriginState], T]) -> T:
-        return run(self.steps.update(step))
-
-    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
-        """``look`` at the copy (read again if older than TRUST, or ``fresh``); every view."""
-        return run(self.steps.read(look, fresh=fresh))
-
-    def view(self, now: float) -> OriginView:
-        key = self.key
-        return self.read(lambda o: adm.view(key, o, now))
+    def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
+        """A step: the budget's counts are the fleet's (written at once)."""
+        return self.update(lambda o, _s: o.budget(budget).record_request(now))
 
 
-def _unchanged(_: object) -> None:
+def _unchanged(_o: object, _s: object) -> None:
     """A step that changes nothing: a write of what the copy holds."""
 
 
