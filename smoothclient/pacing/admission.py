@@ -9,6 +9,8 @@ atomically (see :mod:`.store`).  How answers move the state is in :mod:`.learnin
 
 from __future__ import annotations
 
+import math
+
 from ..engine.decide import CohortView
 from .outage import taken
 from .state import (
@@ -16,8 +18,11 @@ from .state import (
     EARLY_MISSES,
     HORIZON,
     INF,
+    MAX_QUEUE,
+    NO_DEADLINE,
     PROBE_POLL,
     PROBE_WAIT,
+    QUEUE_GRACE,
     STALE,
     Admission,
     OriginState,
@@ -108,10 +113,79 @@ def acquire(
     if probing is not None:
         return probing
     answer, at = _plan(o, now, not_before, deadline)
+    due = NO_DEADLINE if deadline is None else deadline
     if at is not None:
+        ahead = _ahead(o, now, due, at)
+        if ahead is not None:  # a call nearer its deadline waits for this slot: it goes first
+            again = min(HORIZON / 2, max(PROBE_POLL, ahead - now))
+            _queue(o, due, now + again)
+            return Admission(again, final=False)
+        _unqueue(o, due)
         _take(o, at)
         o.waiting += 1
+    elif not answer.granted:
+        _unqueue(o, due)  # it gives up: it holds nobody back
+    elif not_before <= now + HORIZON:  # it waits for a slot, not for its backoff
+        _queue(o, due, now + answer.delay)
     return answer
+
+
+def _ahead(o: OriginState, now: float, deadline: float, at: float) -> float | None:
+    """
+    When a waiter nearer its deadline than ``deadline`` asks again for the slot at ``at``.
+
+    Slots go to the calls nearest their deadlines first (earliest deadline first: with one
+    timeout for every call, the oldest first).  Without it the slots went to whoever asked:
+    the calls that joined a backlog asked at once, the held ones asked again now and then,
+    and some held calls waited out their deadlines behind newer ones (docs/outages.md
+    section 5).  Only waiters that ask again by ``at`` hold slots, and only when they would
+    take all there is room for then: a slot they would leave unused goes to the call asking
+    now (a waiter queue never idles a slot).  Waiters that stopped asking are
+    forgotten after :data:`QUEUE_GRACE`, and those past their deadlines at once.
+    """
+    queue = o.queue
+    if not queue:
+        return None
+    lapsed = now - QUEUE_GRACE
+    if queue[0][0] < now or any(due < lapsed for _, due in queue):  # (past its deadline: gone)
+        queue[:] = [entry for entry in queue if entry[1] >= lapsed and entry[0] >= now]
+    ahead = [due for d, due in queue if d < deadline and due <= at]
+    if len(ahead) < _room(o, at):  # room at ``at`` for them all and this call
+        return None
+    return min(ahead)
+
+
+def _room(o: OriginState, at: float) -> float:
+    """How many requests may go at ``at``: the mirror's tokens, the ledger's, at least one."""
+    pace = o.pace
+    room = pace.tokens(at) if pace.interval else INF
+    if o.avail is not None and o.avail >= 1:
+        room = min(room, o.avail)
+    return room if room == INF else max(1.0, math.floor(room))
+
+
+def _queue(o: OriginState, deadline: float, at: float) -> None:
+    """Remember a waiter with ``deadline`` that asks again at ``at`` (kept in deadline order)."""
+    queue = o.queue
+    for entry in queue:
+        if entry[0] == deadline:
+            entry[1] = at
+            return
+    if len(queue) >= MAX_QUEUE:
+        if deadline >= queue[-1][0]:
+            return  # nearer deadlines fill the queue: it asks again like any other
+        queue.pop()
+    queue.append([deadline, at])
+    queue.sort()
+
+
+def _unqueue(o: OriginState, deadline: float) -> None:
+    """Forget the waiter with ``deadline`` (it got its slot, or gave up)."""
+    queue = o.queue
+    for i, entry in enumerate(queue):
+        if entry[0] == deadline:
+            del queue[i]
+            return
 
 
 def when(
@@ -207,7 +281,7 @@ def try_now(o: OriginState, s: Settings, now: float) -> bool:
     if _probing(o, s, now) is not None or o.waiting or _crowd_full(o, now):
         return False
     at = _slot(o, max(now, o.gate))
-    if at is None or at > now:
+    if at is None or at > now or (o.queue and _ahead(o, now, NO_DEADLINE, now) is not None):
         return False
     _take(o, now)
     o.in_flight += 1

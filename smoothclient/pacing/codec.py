@@ -28,7 +28,7 @@ from typing import Any
 from ..policy import RetryBudget
 from .budget import BudgetCounts
 from .gcra import Gcra
-from .state import MAX_SUCCESSES, OriginState, Outage
+from .state import MAX_QUEUE, MAX_SUCCESSES, OriginState, Outage
 
 __all__ = ["clamped", "dump", "load"]
 
@@ -118,6 +118,12 @@ def _outage(value: list[Any]) -> Outage:
     )
 
 
+def _queued(value: list[Any]) -> list[list[float]]:
+    """The waiters' queue: pairs of numbers, at most MAX_QUEUE, in deadline order."""
+    queue = [[float(d), float(at)] for d, at in value if _number(d) and _number(at)]
+    return sorted(queue)[:MAX_QUEUE]
+
+
 def _tuple(value: list[Any] | None) -> tuple[Any, ...] | None:
     """An optional tuple field (JSON writes it as a list)."""
     return None if value is None else tuple(value)
@@ -131,6 +137,7 @@ _LOADERS: dict[str, Any] = {
     "successes": _load_times,
     "routes": lambda v: {str(k): tuple(str(n) for n in names) for k, names in v.items()},
     "outage": _outage,
+    "queue": _queued,
     "cut": _tuple,
     "exhausted": _tuple,
     "ledger_set": _tuple,
@@ -210,6 +217,8 @@ def clamped(state: OriginState, now: float, max_gate: float) -> OriginState:
         state.reset_at = min(state.reset_at, latest)
     if state.closed is not None:
         state.closed = min(state.closed, latest)
+    for entry in state.queue:  # a waiter due to ask again only after that holds up the rest
+        entry[1] = min(entry[1], latest)
     b = state.outage
     b.closed_until = min(b.closed_until, latest)
     b.release_until = min(b.release_until, latest)

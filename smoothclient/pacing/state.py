@@ -68,6 +68,14 @@ EARLY_MISSES = 3
 EARLY_MAX = 1.0
 #: How long the requests behind a window's reset probe wait for its answer, at most.
 PROBE_WAIT = 1.0
+#: Calls waiting for a slot that an origin remembers, those nearest their deadlines (see
+#: :func:`.admission.acquire`): the slots go to them first.
+MAX_QUEUE = 64
+#: A remembered waiter that has not asked again this long after it was due to is forgotten
+#: (it gave up, was cancelled, or its process died): it holds nobody back for longer.
+QUEUE_GRACE = 0.1
+#: The deadline a call without one is queued at: after every call that has one.
+NO_DEADLINE = 1e18
 #: Successes kept per origin (the last second's, for a learned rate): caps that estimate.
 MAX_SUCCESSES = 4096
 INF = float("inf")
@@ -234,6 +242,9 @@ class OriginState:
     lone_at: float = -1e18  # when a request was last turned away with nobody else in flight
     # the outage rule's part (see .outage): failures in a row, down since, probes, release
     outage: Outage = field(default_factory=Outage)
+    # calls told to ask again for a slot: [deadline, when it is due to ask], nearest deadline
+    # first (at most MAX_QUEUE): a slot goes to a later deadline only when none of these asks
+    queue: list[list[float]] = field(default_factory=list)
 
     def succeeded(self, now: float) -> None:
         """

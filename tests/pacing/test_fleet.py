@@ -368,7 +368,9 @@ def test_a_fleet_sharing_nothing_takes_its_shares_of_a_fixed_window(procs: int) 
     """
     results = [run_herd(FixedWindow(10, 1.0), "x", 20, procs=procs, seed=seed) for seed in SEEDS]
     assert all(r.failed == 0 for r in results)
-    assert statistics.median(r.extra_429s_per_call for r in results) <= 0.25
+    # (0.10-0.19 when any call took a free slot, 0.13-0.27 with the slots going to the waiters
+    # nearest their deadlines first: a herd's order of sends differs)
+    assert statistics.median(r.extra_429s_per_call for r in results) <= 0.3
     assert statistics.median(r.ratio for r in results) <= 1.45  # a window late at most
 
 

@@ -1,0 +1,174 @@
+"""Slots go to the calls nearest their deadlines first: the waiters' queue of admission."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from smoothclient.pacing.admission import acquire, try_now, when
+from smoothclient.pacing.codec import clamped, dump, load
+from smoothclient.pacing.gcra import Gcra
+from smoothclient.pacing.state import HORIZON, MAX_QUEUE, QUEUE_GRACE, OriginState, Settings
+
+S = Settings()
+
+
+def _paced(rate: float = 2.0) -> OriginState:
+    """A known origin paced at ``rate`` (one slot every ``1 / rate`` s), its next slot at 0."""
+    return OriginState(known=True, pace=Gcra(rate=rate))
+
+
+def _until_slot(o: OriginState, now: float, deadline: float) -> tuple[float, bool]:
+    """Ask as a call does until it is granted; when it was, and whether it was."""
+    for _ in range(1000):
+        a = acquire(o, S, now, 0.0, deadline)
+        if not a.granted:
+            return now, False
+        if a.final:
+            return now + a.delay, True
+        now += a.delay
+    raise AssertionError("never answered")
+
+
+def test_a_held_call_gets_the_slot_before_a_newer_one_that_asks_first() -> None:
+    """The older call was told to ask again; a newer call asking before it does waits."""
+    o = _paced()
+    assert acquire(o, S, 0.0, 0.0, 60.0).final  # the slot at 0 taken: the next is at 0.5
+    old = acquire(o, S, 0.01, 0.0, 10.0)  # held: the slot is too far ahead to fix
+    assert not old.final
+    again = 0.01 + old.delay
+    assert again < 0.5 - HORIZON / 4  # it asks again before its slot
+    newer = acquire(o, S, again - 0.001, 0.0, 50.0)  # a newer call, just before it
+    assert not newer.final
+    assert newer.delay <= HORIZON / 2
+    assert [d for d, _ in o.queue] == [10.0, 50.0]
+    mine = acquire(o, S, again, 0.0, 10.0)
+    assert mine.final
+    assert abs(again + mine.delay - 0.5) < 1e-9  # the old call's: the slot at 0.5
+    assert [d for d, _ in o.queue] == [50.0]  # served: it holds nobody back any more
+
+
+def test_without_the_queue_the_newer_call_would_have_taken_it() -> None:
+    """The same start with no older waiter: the newer call's ask is granted the slot."""
+    o = _paced()
+    assert acquire(o, S, 0.0, 0.0, 60.0).final
+    a = acquire(o, S, 0.3, 0.0, 50.0)
+    assert a.final
+    assert abs(0.3 + a.delay - 0.5) < 1e-9
+
+
+def test_a_waiter_that_stops_asking_is_forgotten_after_the_grace() -> None:
+    """A cancelled call (never asks again) holds the others back for QUEUE_GRACE at most."""
+    o = _paced()
+    acquire(o, S, 0.0, 0.0, 60.0)
+    gone = acquire(o, S, 0.01, 0.0, 10.0)
+    due = 0.01 + gone.delay
+    assert not acquire(o, S, due + QUEUE_GRACE / 2, 0.0, 50.0).final  # within the grace
+    late = acquire(o, S, due + QUEUE_GRACE + 0.01, 0.0, 50.0)
+    assert late.final
+    assert late.granted
+    assert o.queue == []
+
+
+def test_a_waiter_past_its_deadline_holds_nobody_back() -> None:
+    """A deadline that passed: the call gives up, its entry goes at once."""
+    o = _paced()
+    acquire(o, S, 0.0, 0.0, 60.0)
+    o.queue = [[0.3, 0.4]]  # due to ask again for the slot at 0.5, but its deadline is 0.3
+    assert not acquire(o, S, 0.29, 0.0, 50.0).final
+    assert acquire(o, S, 0.31, 0.0, 50.0).final
+    assert o.queue == []
+
+
+def test_a_refused_call_leaves_the_queue() -> None:
+    """A call whose slot lies beyond its deadline is refused and forgotten."""
+    o = _paced(rate=0.5)  # a slot every 2 s
+    acquire(o, S, 0.0, 0.0, 60.0)
+    assert not acquire(o, S, 0.1, 0.0, 60.0).final
+    assert not acquire(o, S, 0.1, 0.0, 1.0).granted  # the slot at 2 is past 1
+    assert [d for d, _ in o.queue] == [60.0]
+
+
+def test_the_queue_keeps_the_nearest_deadlines_and_is_bounded() -> None:
+    """More waiters than MAX_QUEUE: the nearest deadlines are remembered, the rest ask again."""
+    o = _paced(rate=0.1)
+    acquire(o, S, 0.0, 0.0, 600.0)
+    for i in range(MAX_QUEUE + 10):
+        assert not acquire(o, S, 0.1, 0.0, 500.0 - i).final
+    assert len(o.queue) == MAX_QUEUE
+    assert o.queue[0][0] == 500.0 - (MAX_QUEUE + 9)
+    assert [d for d, _ in o.queue] == sorted(d for d, _ in o.queue)
+
+
+def test_when_reserves_nothing_and_queues_nobody() -> None:
+    o = _paced()
+    acquire(o, S, 0.0, 0.0, 60.0)
+    when(o, S, 0.01, 0.0, 10.0)
+    assert o.queue == []
+
+
+def test_the_fast_lane_does_not_jump_the_queue() -> None:
+    """try_now admits nothing while a waiter is queued, even with a slot free."""
+    o = _paced()
+    acquire(o, S, 0.0, 0.0, 60.0)
+    acquire(o, S, 0.01, 0.0, 10.0)
+    due = o.queue[0][1]
+    assert not try_now(o, S, due)  # the slot at 0.5 is the waiter's
+    assert _until_slot(o, due, 10.0) == (0.5, True)
+    o.waiting = 0  # (it went)
+    assert try_now(o, S, 1.0)  # served: the next slot is anyone's
+
+
+def test_a_call_waiting_for_its_backoff_is_not_queued() -> None:
+    """A retry whose backoff ends later than a HORIZON from now does not hold slots yet."""
+    o = _paced()
+    acquire(o, S, 0.0, 0.0, 60.0)
+    acquire(o, S, 0.01, 2.0, 10.0)
+    assert o.queue == []
+
+
+def test_calls_served_in_deadline_order_whatever_order_they_ask_in() -> None:
+    """Eight held calls, asking latest deadline first at each instant, get slots by deadline."""
+    o = _paced(rate=10.0)
+    acquire(o, S, 0.0, 0.0, 600.0)
+    o.gate = 1.0  # closed for a second (a Retry-After): everyone waits
+    deadlines = [5.0, 3.0, 8.0, 1.5, 9.0, 2.0, 7.0, 4.0]
+    asks = dict.fromkeys(deadlines, 0.0)  # when each asks next
+    slots: dict[float, float] = {}
+    while asks:
+        now = min(asks.values())
+        for d in sorted((d for d, t in asks.items() if t <= now), reverse=True):
+            a = acquire(o, S, now, 0.0, d)
+            assert a.granted
+            if a.final:
+                slots[d] = now + a.delay
+                del asks[d]
+            else:
+                asks[d] = now + a.delay
+    assert sorted(deadlines, key=lambda d: slots[d]) == sorted(deadlines)
+    assert min(slots.values()) >= 1.0  # none before the gate
+
+
+def test_the_queue_travels_through_a_shared_store() -> None:
+    o = _paced()
+    acquire(o, S, 0.0, 0.0, 60.0)
+    acquire(o, S, 0.01, 0.0, 10.0)
+    assert load(dump(o)).queue == o.queue
+
+
+@given(st.lists(st.lists(st.one_of(st.floats(), st.integers(), st.text(), st.none()))))
+def test_junk_in_a_stored_queue_never_crashes(junk: list[list[object]]) -> None:
+    """Junk for the queue: a fresh state or numbers only, bounded, in deadline order."""
+    text = json.dumps({"queue": junk})
+    queue = load(text).queue
+    assert len(queue) <= MAX_QUEUE
+    assert queue == sorted(queue)
+    assert all(len(e) == 2 and all(isinstance(x, float) for x in e) for e in queue)
+
+
+def test_a_stored_waiter_due_far_ahead_is_clamped() -> None:
+    """A queue entry due in a year (a bad clock, junk) holds the others back max_gate at most."""
+    o = load(json.dumps({"queue": [[1e12, 1e12]]}))
+    assert clamped(o, 0.0, 300.0).queue == [[1e12, 300.0]]
