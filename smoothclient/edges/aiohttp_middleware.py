@@ -256,7 +256,11 @@ class SmoothMiddleware(Edge):
                 return await self._call(request, handler, timer, began)
             return await self._call(request, handler, None, None)  # after the caller's call
 
-        return await send_cached(self.cache, request, self._ends(request), flow, self._sleep)
+        response = await send_cached(self.cache, request, self._ends(request), flow, self._sleep)
+        last = _LAST.get()
+        if last is not None and last[2] is not None:  # a stored copy stood in for that error
+            _LAST.set(None)
+        return response
 
     def _ends(self, request: aiohttp.ClientRequest) -> Callable[[Any, Any], object]:
         """How a call of ``request`` the cache answered alone ends: the edge's hooks."""

@@ -229,3 +229,62 @@ def test_a_session_without_auto_decompress_stores_no_encoded_body() -> None:
 def test_cache_must_be_an_http_cache() -> None:
     with pytest.raises(TypeError, match="cache must be an HttpCache"):
         SmoothMiddleware(cache="memory://")  # type: ignore[arg-type]
+
+
+def test_a_stored_redirect_standing_in_for_a_dropped_connection_is_followed() -> None:
+    """
+    The middleware answers aiohttp's resend after a dropped connection with the call's error;
+    a stored redirect that stood in for that error is followed on, not answered so.
+    """
+    now = [1000.0]
+    down = [False]
+
+    async def handle(request: web.Request) -> web.Response:
+        if request.path == "/items":
+            headers = {"Location": "/target", "Cache-Control": "max-age=1, stale-if-error=600"}
+            return web.Response(status=301, headers=headers)
+        return web.Response(body=b"target")
+
+    async def dropping(request: aiohttp.ClientRequest, handler: Any) -> aiohttp.ClientResponse:
+        if down[0] and request.url.path == "/items":
+            raise aiohttp.ServerDisconnectedError()
+        response: aiohttp.ClientResponse = await handler(request)
+        return response
+
+    hops: list[str] = []
+
+    async def counting(request: aiohttp.ClientRequest, handler: Any) -> aiohttp.ClientResponse:
+        hops.append(request.url.path)  # each time aiohttp sends, resends included
+        response: aiohttp.ClientResponse = await handler(request)
+        return response
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", handle)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/items"
+        clock = FakeClock()
+        edge = SmoothMiddleware(
+            policy=RetryPolicy(attempts=2, wait_initial=0.0),
+            pacer=Pacer(clock=clock),
+            sleep=clock.async_sleep,
+            cache=HttpCache(clock=lambda: now[0]),
+        )
+        try:
+            middlewares = (counting, edge, dropping)
+            async with aiohttp.ClientSession(middlewares=middlewares) as session:
+                async with session.get(url) as first:
+                    assert await first.read() == b"target"
+                now[0] += 60
+                down[0] = True
+                async with session.get(url) as again:
+                    assert (again.status, await again.read()) == (200, b"target")
+                    assert [r.status for r in again.history] == [301]
+                    assert record_of(again.history[0]).cache == "stale"  # type: ignore[union-attr]
+        finally:
+            await runner.cleanup()
+
+    run(main)
+    assert hops == ["/items", "/target", "/items", "/target"]  # no hop answered with the error
