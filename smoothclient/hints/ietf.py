@@ -61,9 +61,28 @@ _NO_POLICIES: Mapping[str, tuple[int, int | None, str]] = types.MappingProxyType
 
 
 def ietf(ctx: Ctx) -> list[Quota]:
-    """IETF ``RateLimit`` + ``RateLimit-Policy``: -08..-10 lists, -07 dictionary."""
-    policies = _policies(ctx)
+    """
+    IETF ``RateLimit`` + ``RateLimit-Policy``: -08..-10 lists, -07 dictionary.
+
+    A server repeats its policy and its list's shape, and counts what is left down: the
+    quotas of a list are worked out once per (policy, shape) as a :class:`_Template`, and
+    each response's list only fills in its numbers (the same quotas as :func:`_read_whole`).
+    """
+    policy = ", ".join(ctx.raw("ratelimit-policy"))
     text = ", ".join(ctx.raw("ratelimit"))
+    parts = sfv.split_runs(text)
+    key = (policy, "0".join(parts[0::2]))
+    template = _TEMPLATES.get(key, _UNKNOWN)
+    if template is _UNKNOWN:
+        template = _template_for(key, text, parts)
+    if template is None:
+        return _read_whole(ctx, policy, text)
+    return template.fill(ctx, parts[1::2])
+
+
+def _read_whole(ctx: Ctx, policy: str, text: str) -> list[Quota]:
+    """:func:`ietf`, every part of the fields read (no template)."""
+    policies = _policies_of(policy)
     paired: set[str] = set()
     quotas: list[Quota] = []
     if text:
@@ -73,11 +92,104 @@ def ietf(ctx: Ctx) -> list[Quota]:
             quotas.extend(_ietf_dictionary(ctx, text, policies, paired))
         else:
             _ietf_items(ctx, items, policies, paired, quotas)
+    quotas.extend(_unpaired(policies, paired))
+    return quotas
+
+
+def _unpaired(
+    policies: Mapping[str, tuple[int, int | None, str]], paired: set[str]
+) -> Iterator[Quota]:
+    """The quotas of the named request policies no ``RateLimit`` member reported on."""
     for name, (quota, window, unit) in policies.items():
         if name not in paired and not name.startswith("#") and unit == "requests":
             size, scope = _opt(window), scope_name(name)
-            quotas.append(Quota(f"ietf:{name}", None, float(quota), size, None, scope=scope))
-    return quotas
+            yield Quota(f"ietf:{name}", None, float(quota), size, None, scope=scope)
+
+
+#: One quota of a template: its source, the digit runs of its remaining and reset (``None``:
+#: no reset), its limit, window, unit and scope.
+_Part = tuple[str, int, int | None, float | None, float | None, str, str | None]
+
+
+class _Template:
+    """
+    The quotas :func:`ietf` reads from every ``RateLimit`` list of one shape under one policy.
+
+    Made from the list's :class:`~.sfv.Shape`: which items are read, which digit run holds
+    each one's remaining and reset, and all that the policy says (limit, window, unit, the
+    policies no item reports on).  Only those two numbers differ from list to list.
+    """
+
+    __slots__ = ("parts", "tail")
+
+    def __init__(self, parts: tuple[_Part, ...], tail: tuple[Quota, ...]) -> None:
+        """The items' ``parts`` and the quotas of the unreported policies (``tail``)."""
+        self.parts = parts
+        self.tail = tail
+
+    def fill(self, ctx: Ctx, runs: list[str]) -> list[Quota]:
+        """The quotas of the list whose digit runs are ``runs``."""
+        delta = ctx.delta
+        quotas = [
+            Quota(
+                source,
+                float(runs[left]),
+                limit,
+                window,
+                None if reset is None else delta(float(runs[reset])),
+                unit,
+                scope,
+            )
+            for source, left, reset, limit, window, unit, scope in self.parts
+        ]
+        quotas.extend(self.tail)
+        return quotas
+
+
+#: (policy text, list skeleton) -> its template (``None``: none, read whole); at most
+#: MAX_TEMPLATES, all forgotten at once when full (a server sends a few; the clear is atomic)
+_TEMPLATES: dict[tuple[str, str], _Template | None] = {}
+MAX_TEMPLATES = 256
+_UNKNOWN = _Template((), ())  # not looked at yet
+
+
+def _template_for(key: tuple[str, str], text: str, parts: list[str]) -> _Template | None:
+    """The template of ``key`` (``text`` is a list of that shape, split into ``parts``)."""
+    if len(_TEMPLATES) >= MAX_TEMPLATES:
+        _TEMPLATES.clear()
+    template = _TEMPLATES[key] = _templated(key, text, parts)
+    return template
+
+
+def _templated(key: tuple[str, str], text: str, parts: list[str]) -> _Template | None:
+    """
+    What :func:`_ietf_items` reads of a list of this shape, as a template (see :func:`ietf`).
+
+    ``None`` when the list has no shape (malformed, a dictionary, digits not an integer's)
+    or a number read is signed (``-0`` is valid, ``-1`` not: told apart only by its digits).
+    """
+    policy, skeleton = key
+    shape = sfv.shape_of(skeleton, text, parts) if text else None
+    if shape is None:
+        return None
+    policies = _policies_of(policy)
+    paired: set[str] = set()
+    made: list[_Part] = []
+    for value, _, params in shape.items:
+        named = {name: (number, sign) for name, number, sign in params}  # the last one counts
+        left, reset = named.get("r"), named.get("t")
+        if (left and left[1] < 0) or (reset and reset[1] < 0):
+            return None
+        if not isinstance(value, str) or left is None or type(left[0]) is not sfv.Slot:
+            log.debug("ignoring RateLimit item %r of %r", value, text)
+            continue
+        quota, window, unit = policies.get(value, (None, None, "requests"))
+        paired.add(value)
+        at = reset[0] if reset is not None and type(reset[0]) is sfv.Slot else None
+        made.append(
+            (f"ietf:{value}", left[0], at, _opt(quota), _opt(window), unit, scope_name(value))
+        )
+    return _Template(tuple(made), tuple(_unpaired(policies, paired)))
 
 
 def _opt(value: int | None) -> float | None:

@@ -233,14 +233,15 @@ def hints_of(
             quotas=tuple(quotas),
             origin_wide=origin_wide,
         )
+    # by position (on every response with a quota): Hints' fields in their order
     return Hints(
-        retry_after=retry_after,
-        remaining=bound.remaining,
-        limit=bound.limit,
-        window=bound.window,
-        reset_after=bound.reset_after,
-        should_retry=should_retry,
-        unit=bound.unit,
-        quotas=tuple(quotas),
-        origin_wide=origin_wide,
+        retry_after,
+        bound.remaining,
+        bound.limit,
+        bound.window,
+        bound.reset_after,
+        should_retry,
+        bound.unit,
+        tuple(quotas),
+        origin_wide,
     )

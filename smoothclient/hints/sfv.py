@@ -19,7 +19,17 @@ from typing import TypeVar
 
 from .model import slot_init
 
-__all__ = ["Item", "SFVError", "Token", "parse_dictionary", "parse_list"]
+__all__ = [
+    "Item",
+    "SFVError",
+    "Shape",
+    "Slot",
+    "Token",
+    "parse_dictionary",
+    "parse_list",
+    "shape_of",
+    "split_runs",
+]
 
 BareItem = int | Decimal | str | bytes | bool
 M = TypeVar("M")
@@ -184,7 +194,7 @@ def parse_list(text: str) -> list[Item]:
 
     A server sends the same list every time but for its numbers (``r=`` counting down), so
     a list is parsed once per shape (the text with its digits taken out): later lists of that
-    shape take their integers from the digits (see :class:`_Shape`).
+    shape take their integers from the digits (see :class:`Shape`).
     """
     parts = _DIGITS.split(text)
     skeleton = "0".join(parts[0::2])  # runs are apart but where one is over 15 digits: "00"
@@ -194,19 +204,39 @@ def parse_list(text: str) -> list[Item]:
     return shape.fill(parts[1::2])
 
 
+def split_runs(text: str) -> list[str]:
+    """
+    ``text`` split at its runs of digits: text, run, text, ... (the runs at odd indices).
+
+    ``"0".join`` of the even parts is the list's skeleton (what :func:`shape_of` takes); a
+    caller that reads a list's numbers itself (``hints/ietf.py``) splits it once with this.
+    """
+    return _DIGITS.split(text)
+
+
+def shape_of(skeleton: str, text: str, parts: list[str]) -> Shape | None:
+    """
+    The :class:`Shape` of the lists whose skeleton is ``skeleton`` (``None``: they have none).
+
+    ``text`` is one of them, ``parts`` its :func:`split_runs`.  Remembered, as
+    :func:`parse_list` remembers it.
+    """
+    return _SHAPES[skeleton] if skeleton in _SHAPES else _shape(skeleton, text, parts)
+
+
 #: Runs of digits, each at most as long as an sf-integer (RFC 9651 section 3.3.1): a longer
 #: one splits in two with nothing between, which no list of that shape has.  ``split`` keeps
 #: the runs: text, run, text, ...
 _DIGITS = re.compile(r"([0-9]{1,15})")
 
 
-class _Slot(int):
+class Slot(int):
     """Where a shape's integer goes: the index of its digit run (its sign kept beside it)."""
 
     __slots__ = ()
 
 
-class _Shape:
+class Shape:
     """
     A list's parse with each integer replaced by the index of the digit run it came from.
 
@@ -230,22 +260,20 @@ class _Shape:
         numbers = [int(run) for run in runs]
         out: list[Item] = []
         for value, sign, params in self.items:
-            filled = {
-                key: sign_ * numbers[v] if type(v) is _Slot else v for key, v, sign_ in params
-            }
-            out.append(Item(sign * numbers[value] if type(value) is _Slot else value, filled))
+            filled = {key: sign_ * numbers[v] if type(v) is Slot else v for key, v, sign_ in params}
+            out.append(Item(sign * numbers[value] if type(value) is Slot else value, filled))
         return out
 
 
 #: skeleton -> its shape; at most MAX_SHAPES (all forgotten at once when full: a server
 #: sends a few shapes, and clearing is atomic where threads share the table)
-_SHAPES: dict[str, _Shape | None] = {}
+_SHAPES: dict[str, Shape | None] = {}
 MAX_SHAPES = 512
 
 
-def _shape(skeleton: str, text: str, parts: list[str]) -> _Shape | None:
+def _shape(skeleton: str, text: str, parts: list[str]) -> Shape | None:
     """
-    The :class:`_Shape` of lists whose text, digits taken out, is ``skeleton``.
+    The :class:`Shape` of lists whose text, digits taken out, is ``skeleton``.
 
     ``text`` is one such list, ``parts`` its split at :data:`_DIGITS`.  ``None``: ``text``
     is malformed, or holds digits that are not integers; such a list is parsed whole each
@@ -257,7 +285,7 @@ def _shape(skeleton: str, text: str, parts: list[str]) -> _Shape | None:
     return shape
 
 
-def _shaped(text: str, parts: list[str]) -> _Shape | None:
+def _shaped(text: str, parts: list[str]) -> Shape | None:
     """The shape of ``text``'s list, if it has one (see :func:`_shape`)."""
     try:
         items = _parse_list_cached(text)
@@ -276,7 +304,7 @@ def _shaped(text: str, parts: list[str]) -> _Shape | None:
         index = next(slots, None)
         if index is None or value != runs[index][0] * runs[index][1]:
             raise _NotAShape
-        return _Slot(index), runs[index][0]  # the sign from the text: "-0" is 0
+        return Slot(index), runs[index][0]  # the sign from the text: "-0" is 0
 
     try:
         shaped: list[tuple[BareItem, int, tuple[tuple[str, BareItem, int], ...]]] = []
@@ -294,7 +322,7 @@ def _shaped(text: str, parts: list[str]) -> _Shape | None:
         return None
     if next(slots, None) is not None:
         return None  # digits left over: in a string, token, key or boolean
-    return _Shape(tuple(shaped))
+    return Shape(tuple(shaped))
 
 
 class _NotAShape(Exception):
