@@ -80,6 +80,10 @@ def run(steps: Steps[T]) -> T:
     """Drive ``steps`` in this thread: each trip by its carrier's sync client."""
     try:
         trip = next(steps)
+    except StopIteration as stop:  # answered at once (a store with no I/O): nothing to close
+        first: T = stop.value
+        return first
+    try:
         while True:
             trip = answer(steps, trip)
     except StopIteration as stop:

@@ -469,7 +469,7 @@ class RedisCell:
         settings = self.settings
 
         def answer(o: OriginState) -> object:
-            return later.answer(o, settings)
+            return later.answer(o, settings, False)
 
         with self.lock:
             if len(self.deferred) >= MAX_DEFERRED:
