@@ -172,3 +172,12 @@ def test_a_stored_waiter_due_far_ahead_is_clamped() -> None:
     """A queue entry due in a year (a bad clock, junk) holds the others back max_gate at most."""
     o = load(json.dumps({"queue": [[1e12, 1e12]]}))
     assert clamped(o, 0.0, 300.0).queue == [[1e12, 300.0]]
+
+
+def test_a_shared_store_keeps_no_queue() -> None:
+    """Through a shared store every waiter's ask would be a write: no queue there."""
+    shared = Settings(shared=True)
+    o = _paced()
+    acquire(o, shared, 0.0, 0.0, 60.0)
+    assert not acquire(o, shared, 0.01, 0.0, 10.0).final
+    assert o.queue == []
