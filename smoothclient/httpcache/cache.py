@@ -8,6 +8,7 @@ One request's way through it is a :class:`~smoothclient.httpcache.lookup.Lookup`
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -33,9 +34,9 @@ class HttpCache:
     An HTTP response cache (RFC 9111, private; RFC 5861) whose entries never expire together.
 
     Pass it to an edge (``SmoothAdapter(cache=cache)``); one cache may serve many edges and
-    threads.  Each stored response is revalidated at a point drawn inside the last ``jitter``
-    fraction of its freshness (or earlier by the XFetch rule), one revalidation per key at a
-    time (per process in memory, per host in SQLite, per fleet in Redis).
+    threads.  Each stored response is revalidated at a point inside the last part of its
+    freshness (or earlier by the XFetch rule), one revalidation per key at a time (per process
+    in memory, per host in SQLite, per fleet in Redis).
 
     Args:
         storage: ``"memory://"`` (default), ``"sqlite:///path/to/file.db"``, ``"redis://..."``
@@ -43,14 +44,15 @@ class HttpCache:
             :class:`~smoothclient.httpcache.stores.Store`.
         max_bytes: the most bytes the memory and SQLite stores hold (least recent dropped).
         max_body: bodies larger than this are not stored (nor held while read).
-        jitter: an entry revalidated on time is due again in the middle of the last
-            ``jitter`` fraction of its freshness lifetime (``0 <= jitter < 1``; 0: at expiry):
-            every such entry at the same part of its life, so entries keep their phases.
-        spread: an entry stored on a miss, or revalidated only after it expired, is first due
-            in the last ``spread`` fraction of its lifetime (``0 <= spread < 1``), placed by a
+        jitter: a revalidated entry is due again one period after its last point, the period
+            ``1 - jitter / 2`` of its freshness lifetime (``0 <= jitter < 1``; 0: at expiry):
+            counted from when it was due, not from when a reader came, so entries keep their
+            phases (docs/http-cache.md section 3).
+        spread: an entry stored on a miss is first due in the last ``spread`` fraction of its
+            lifetime (``0 <= spread < 1``), at an instant of the clock placed by a
             low-discrepancy sequence (shared by the host's or the fleet's caches through
-            SQLite or Redis): entries fetched together (a cold start, the end of an outage)
-            come due spread out, and stay apart.
+            SQLite or Redis): entries fetched together (a cold start) come due spread out,
+            and stay apart.
         early_refresh: XFetch's ``beta`` (``None``: off): a caller may revalidate earlier still,
             the likelier the slower the last fetch was.
         stale_while_revalidate: seconds a stale response may be served while it is revalidated
@@ -249,6 +251,7 @@ class HttpCache:
         received: float,
         *,
         first: bool = False,
+        due: float | None = None,
     ) -> Entry:
         """
         The entry for a response to the request of ``key``, its refresh point drawn.
@@ -256,7 +259,8 @@ class HttpCache:
         ``request_headers``: that request's, for the values of the fields it varies on.
 
         ``first``: stored on a miss (its first point is spread wider: docs/http-cache.md
-        section 3).
+        section 3).  ``due``: revalidated, the instant the copy it replaces was due (the next
+        point keeps to that copy's schedule, not to when a reader came).
         """
         pairs = tuple(headers)
         found = freshness(pairs, sent, received, status=status)
@@ -272,7 +276,9 @@ class HttpCache:
             selected=vary_values(names, request_headers),
             born=found.born,
             lifetime=found.lifetime,
-            refresh=self._refresh_point(found.lifetime, first=first),
+            refresh=self._refresh_point(
+                found.lifetime, first=first, born=found.born, due=due, now=received
+            ),
             revalidate=found.revalidate,
             strict=found.strict,
             swr=0.0 if found.strict else max(found.swr or 0.0, caller_swr),
@@ -280,14 +286,23 @@ class HttpCache:
             delta=max(0.0, received - sent),
         )
 
-    def _refresh_point(self, lifetime: float, *, first: bool) -> float:
+    def _refresh_point(
+        self,
+        lifetime: float,
+        *,
+        first: bool,
+        born: float = 0.0,
+        due: float | None = None,
+        now: float = 0.0,
+    ) -> float:
         """The age at which an entry is due: see ``jitter`` and ``spread``."""
-        if not first:
-            # every revalidated entry at the same part of its life: entries keep the phases
-            # their first points spread them to (a point drawn at random each time made each
-            # entry's phase a random walk, and the fleet's revalidations bunched by chance
-            # again within a few lifetimes: 4.6-5.6x the mean in the busiest 100 ms)
-            return jittered_lifetime(lifetime, self.jitter, 0.5)
+        if due is not None or not first:
+            # every revalidated entry due one period after it was last due: entries keep the
+            # phases their first points spread them to (a point drawn at random each time, or
+            # counted from each revalidation, made each entry's phase a random walk, and the
+            # fleet's revalidations bunched by chance again within a few lifetimes)
+            period = jittered_lifetime(lifetime, self.jitter, 0.5)
+            return period if due is None else _on_schedule(period, lifetime, born, due, now)
         # the golden-ratio sequence: any n consecutive points evenly apart; numbered by the
         # store where it can (a fleet's caches share one sequence, not one each that collide)
         ticket = getattr(self.store, "ticket", None)
@@ -298,7 +313,7 @@ class HttpCache:
                 u = self._phase
             else:
                 u = (int(n) * _GOLDEN) % 1.0
-        return jittered_lifetime(lifetime, self.spread, u)
+        return _at_phase(lifetime, self.spread * lifetime, born, u)
 
     def due(self, entry: Entry, now: float) -> bool:
         """Whether a fresh ``entry`` is due for revalidation: its refresh point, or XFetch."""
@@ -309,3 +324,40 @@ class HttpCache:
         return bool(beta) and xfetch_due(
             age, entry.lifetime, entry.delta, beta or 0.0, self.rng.random()
         )
+
+
+def _at_phase(lifetime: float, window: float, born: float, u: float) -> float:
+    """
+    The first refresh point (an age): the last instant of the life at phase ``u`` of the clock.
+
+    The instants ``t`` with ``t mod window == u * window`` (the clock's own seconds: the same
+    for every cache of a fleet); the last of them within the life is in its last ``window``
+    seconds.  Points placed at ages ``lifetime - window * u`` were evenly apart only for
+    entries born together: entries born a few tenths of a second apart (a cold start's) broke
+    the sequence's spacing (docs/http-cache.md section 3); on the clock, it holds.
+    """
+    if window <= 0.0 or not math.isfinite(born + lifetime):
+        return lifetime
+    return lifetime - (born + lifetime - u * window) % window
+
+
+def _on_schedule(period: float, lifetime: float, born: float, due: float, now: float) -> float:
+    """
+    The refresh point (an age) on the schedule of the copy that was ``due``.
+
+    That is the last instant ``due + k * period`` within the new life, unless it has passed
+    (then ``period``, counted from the new copy's birth).  An entry is revalidated when a
+    reader comes after it is due, some time later; a point counted from the revalidation would
+    move the entry's phase by that delay each lifetime, a random walk again (docs/http-cache.md
+    section 3): counted from when it was due, it stays.
+    """
+    if period <= 0.0 or not math.isfinite(due):
+        return period
+    try:
+        steps = math.floor((born + lifetime - due) / period)
+    except (OverflowError, ValueError):  # a lifetime of odd size: counted from its birth
+        return period
+    point = due + steps * period - born
+    if steps < 0 or point <= now - born:
+        return period
+    return point

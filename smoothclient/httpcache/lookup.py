@@ -243,7 +243,7 @@ class Lookup:
                 entry.body,
                 self.sent,
                 now,
-                first=self._late(entry),
+                due=entry.born + entry.refresh,
             )
             cache.put(updated)
             self.done()
@@ -307,19 +307,11 @@ class Lookup:
             body,
             self.sent,
             recorder.at,
-            first=self.entry is None or self._late(self.entry),
+            first=self.entry is None,
+            due=None if self.entry is None else self.entry.born + self.entry.refresh,
         )
         self.cache.put(entry)
         self.done()
-
-    def _late(self, entry: Entry) -> bool:
-        """
-        Was ``entry`` revalidated only after it expired?  Then its next point is placed anew.
-
-        On time, an entry keeps its phase (each due at the same part of its life); entries
-        that all expired together (an outage of the origin) would keep theirs together.
-        """
-        return self.sent >= entry.born + entry.lifetime
 
     def done(self, *, cacheable: bool = True) -> None:
         """End the lookup: give back its claim (idempotent, from any thread)."""

@@ -41,42 +41,89 @@ def test_entries_stored_together_are_first_due_evenly_spread(wall: FakeClock) ->
     assert max(b - a for a, b in itertools.pairwise(ordered)) < 3 * 50 / 200
 
 
+def test_entries_stored_apart_are_first_due_evenly_spread_on_the_clock(wall: FakeClock) -> None:
+    """
+    50 misses over 3 s (a cold start's fill), max-age=5: their first due instants stay evenly
+    apart; placed by age alone, the fill's order and pace broke the sequence's spacing.
+    """
+    c = client(wall, fixed(cache_control="max-age=5"))
+    rng = random.Random(3)
+    dues = []
+    for i in range(50):
+        wall.advance(rng.uniform(0.0, 0.12))
+        c.get(f"{URL}/{i}")
+        entry = c.entry(f"{URL}/{i}")
+        assert entry is not None
+        assert 0.5 <= entry.refresh <= 5.0  # in the last 90% of its life (spread=0.9)
+        dues.append((entry.born + entry.refresh) % 4.5)  # on the clock, modulo the window
+    ordered = sorted(dues)
+    gaps = [b - a for a, b in itertools.pairwise([*ordered, ordered[0] + 4.5])]
+    assert min(gaps) > 0.5 * 4.5 / 50  # the sequence's gaps: none nearly shared
+    assert max(gaps) < 2 * 4.5 / 50
+
+
 def test_an_entry_revalidated_on_time_keeps_its_phase(wall: FakeClock) -> None:
     """
-    Each on-time revalidation is due at the same part of its life: entries keep the phases
-    their first points spread them to (drawn at random each time, they drifted into bunches).
+    Each on-time revalidation is due one period (95% of a life) after the last was due, however
+    late its reader came: entries keep the phases their first points spread them to (drawn at
+    random each time, or counted from each revalidation, their phases drifted into bunches).
     """
     c = client(wall, fixed(cache_control="max-age=100", etag='"v1"'), jitter=0.1)
-    points = []
-    for _ in range(20):
-        c.get()
-        entry = c.entry()
-        assert entry is not None
-        wall.advance(entry.refresh + 0.01)
-        c.origin.handler = fixed(304, b"", cache_control="max-age=100")
+    c.get()
+    first = c.entry()
+    assert first is not None
+    dues = [first.born + first.refresh]
+    c.origin.handler = fixed(304, b"", cache_control="max-age=100")
+    for late in [0.01, 2.0, 0.5, 4.9, 0.0, 3.3] * 3:  # when the next reader comes, after it is due
+        wall.advance(dues[-1] + late - wall())
         assert c.get().cache == "revalidated"
         renewed = c.entry()
         assert renewed is not None
-        points.append(renewed.refresh)
-    assert points == [95.0] * 20  # the middle of the last 10% of its life, every time
+        assert renewed.born == pytest.approx(wall())
+        dues.append(renewed.born + renewed.refresh)
+    assert [b - a for a, b in itertools.pairwise(dues)] == pytest.approx([95.0] * 18)
 
 
-def test_an_entry_revalidated_only_after_it_expired_is_placed_anew(wall: FakeClock) -> None:
-    """Entries that all expired together (the origin was down) do not stay together."""
+def test_an_entry_revalidated_early_is_due_again_on_its_schedule(wall: FakeClock) -> None:
+    """A revalidation before its point (a request's ``no-cache``) leaves the schedule alone."""
+    c = client(wall, fixed(cache_control="max-age=100", etag='"v1"'), jitter=0.1)
+    c.get()
+    first = c.entry()
+    assert first is not None
+    due = first.born + first.refresh
+    c.origin.handler = fixed(304, b"", cache_control="max-age=100")
+    wall.advance(first.refresh / 2)
+    assert c.get(headers=[("Cache-Control", "no-cache")]).cache == "revalidated"
+    renewed = c.entry()
+    assert renewed is not None
+    assert renewed.born + renewed.refresh == pytest.approx(due)
+
+
+def test_entries_revalidated_together_after_they_expired_keep_their_phases(
+    wall: FakeClock,
+) -> None:
+    """
+    Entries that all expired together (the origin was down), revalidated in the same second,
+    still come due apart: each keeps the schedule of its first point.
+    """
     c = client(wall, fixed(cache_control="max-age=100", etag='"v1"'), spread=0.5)
     for i in range(50):
         c.get(f"{URL}/{i}")
+    firsts = [c.entry(f"{URL}/{i}") for i in range(50)]
     wall.advance(150)  # every one expired (and still kept, for its validator)
     c.origin.handler = fixed(304, b"", cache_control="max-age=100")
-    points = []
-    for i in range(50):
+    dues = []
+    for i, first in enumerate(firsts):
+        assert first is not None
         assert c.get(f"{URL}/{i}").cache == "revalidated"
         entry = c.entry(f"{URL}/{i}")
         assert entry is not None
-        points.append(entry.refresh)
-    assert all(50.0 <= p <= 100.0 for p in points)
-    ordered = sorted([50.0, *points, 100.0])
-    assert max(b - a for a, b in itertools.pairwise(ordered)) < 3 * 50 / 50
+        assert 0.0 < entry.refresh <= 100.0
+        periods = (entry.born + entry.refresh - first.born - first.refresh) / 95.0
+        assert periods == pytest.approx(round(periods))  # on its first point's schedule
+        dues.append(entry.born + entry.refresh)
+    ordered = sorted(dues)
+    assert min(b - a for a, b in itertools.pairwise(ordered)) > 0.5 * 50 / 50  # not together
 
 
 def test_a_due_entry_is_revalidated_once_with_validators_and_a_304_refreshes_it(
@@ -493,3 +540,17 @@ def test_a_recorder_tees_a_stream_and_stores_it_only_read_to_its_end(wall: FakeC
     stored = keep_async.recorder.lookup.cache.get("GET " + URL)
     assert stored is not None
     assert stored.body == b"ab"
+
+
+def test_odd_lifetimes_and_due_instants_never_break_a_refresh_point() -> None:
+    """Infinite, NaN or vanishing numbers give a point counted from birth, never an error."""
+    from smoothclient.httpcache.cache import _at_phase, _on_schedule
+
+    inf, nan = float("inf"), float("nan")
+    assert _on_schedule(1e-320, 1e-320, 0.0, -1e300, 0.0) == 1e-320
+    assert _on_schedule(95.0, 100.0, 1000.0, nan, 1000.0) == 95.0
+    assert _on_schedule(95.0, 100.0, 1000.0, 5000.0, 1000.0) == 95.0  # due after this life
+    assert _on_schedule(95.0, 100.0, 1000.0, 997.0, 1000.0) == 92.0  # one period after 997
+    assert _at_phase(inf, inf, 1e9, 0.3) == inf
+    assert _at_phase(100.0, 0.0, 1e9, 0.3) == 100.0
+    assert 10.0 < _at_phase(100.0, 90.0, 1e9, 0.3) <= 100.0
