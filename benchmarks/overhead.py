@@ -20,7 +20,9 @@ Besides the peers (httpx-retries with ``backoff_factor=0.5``, urllib3's ``Retry`
 requests), a "floor" wrapper does only what any client that reads hints from every response
 must do on a success, and nothing else: find the origin's state, look at every header name.
 With ``RateLimit`` headers, one more smoothclient row reuses one answer's hints instead of
-reading each: it splits the overhead into reading them and all the rest.
+reading each: it splits the overhead into reading them and all the rest; and one more learns
+every answer in full (``pacing/learning.py`` without its short-cut for an answer that says
+only the countdown its model predicted): what that short-cut saves.
 
 Method: the clients take turns in short rounds (order reversed every round, GC off inside a
 round); "added" is the median over rounds of (client - bare) in the same round, which cancels
@@ -55,6 +57,7 @@ from smoothclient.edges import lane as lane_module
 from smoothclient.edges.lane import FastLane
 from smoothclient.edges.requests_adapter import _origin
 from smoothclient.hints import has_hints
+from smoothclient.pacing import learning
 from smoothclient.pacing.store import run
 from smoothclient.tools.server import LimitedServer
 
@@ -195,6 +198,31 @@ def stepped(transport: smoothclient.SmoothTransport) -> smoothclient.SmoothTrans
 
 #: The row with everything but reading the hints (see :class:`ReusedHints`).
 READ_ONCE = "smoothclient, one answer's hints reused (all but reading them)"
+#: The row whose learning takes no short-cut (see :class:`WholeLearning`).
+WHOLE = "smoothclient, every answer learned in full (no short-cut for a predicted one)"
+
+
+class WholeLearning:
+    """
+    ``pacing/learning.py``'s short-cut for a predicted answer, off while ``on``.
+
+    For the row that shows what the short-cut saves: each answer through all of ``observe``.
+    """
+
+    def __init__(self) -> None:
+        self.short_cut = learning._predicted
+        self.on = False
+
+    def __call__(self, *args: Any) -> bool:
+        return False if self.on else self.short_cut(*args)
+
+    def call(self, client: httpx.Client) -> None:
+        """One request with the short-cut off."""
+        self.on = True
+        try:
+            client.get("http://t/x")
+        finally:
+            self.on = False
 
 
 def httpx_rows(rounds: int) -> list[Row]:
@@ -223,16 +251,20 @@ def httpx_rows(rounds: int) -> list[Row]:
         }
         if handler is ok_with_quota:
             transports[READ_ONCE] = smoothclient.SmoothTransport(httpx.MockTransport(handler))
+            transports[WHOLE] = smoothclient.SmoothTransport(httpx.MockTransport(handler))
         clients = {name: httpx.Client(transport=t) for name, t in transports.items()}
         calls = {name: (lambda c=c: c.get("http://t/x")) for name, c in clients.items()}
         if READ_ONCE in clients:
             reuse = lane_module.read_fields = ReusedHints()
             calls[READ_ONCE] = lambda c=clients[READ_ONCE]: reuse.call(c)
+            whole = learning._predicted = WholeLearning()
+            calls[WHOLE] = lambda c=clients[WHOLE]: whole.call(c)
         try:
             rows += paired(stack, calls, rounds=rounds, per_round=100)
         finally:
             if READ_ONCE in clients:
                 lane_module.read_fields = reuse.read
+                learning._predicted = whole.short_cut
         for client in clients.values():
             client.close()
     return rows

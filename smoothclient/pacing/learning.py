@@ -44,6 +44,8 @@ def observe(
     throttles of requests sent before the last cut.  ``counted`` False: the request was
     never counted in flight (a fast-lane request to a healthy origin).
     """
+    if _predicted(o, s, status, hints, now, sent_at, counted):
+        return  # the countdown the model expected: its ledger and mirror moved, nothing else
     hints = _capped(hints, s.max_gate)
     if status < 400:
         o.succeeded(now)
@@ -99,6 +101,93 @@ def observe(
             controller.recovered(o, s, now, sent_at)
     if o.outage.release_until > now - outage.RELEASE:
         outage.timed(o, s, now, sent_at, ok=status < 400)  # the release's bound in flight
+
+
+def _predicted(
+    o: OriginState,
+    s: Settings,
+    status: int,
+    hints: Hints,
+    now: float,
+    sent_at: float | None,
+    counted: bool,
+) -> bool:
+    """
+    :func:`observe` of an answer that says only what the model expected, if it is one.
+
+    A success in the window the ledger keeps, the same stated quota and window, what is left
+    counted down (no more than the report that set the ledger said), room left after it, no
+    probe, spent period, outage or release under way: of :func:`observe`'s rules only the
+    ledger, the mirror's rate and tokens and the window's tally move, as they would there
+    (tests/pacing/test_learning_predicted.py runs both on the same answers).  ``False``:
+    anything else, learned by the whole of :func:`observe` (nothing moved here).
+    """
+    remaining, limit, window, reset_after = (
+        hints.remaining,
+        hints.limit,
+        hints.window,
+        hints.reset_after,
+    )
+    reset_at, avail, out = o.reset_at, o.avail, o.outage
+    if (
+        status >= 400
+        or remaining is None
+        or not limit
+        or not window
+        or hints.retry_after is not None
+        or hints.unit != "requests"
+        or reset_at is None
+        or avail is None
+        or now >= reset_at
+        or (reset_after is not None and now + reset_after > reset_at + 0.001)  # a new window
+        or window > s.max_gate
+        or (reset_after is not None and reset_after > s.max_gate)
+        or o.kind == "window"
+        or o.early_sent is not None
+        or o.exhausted is not None
+        or out.fails
+        or out.down_since is not None
+        or out.release_until > now - outage.RELEASE
+    ):
+        return False
+    if _overtaken(o, remaining, sent_at, counted):
+        return False  # a token given back: news
+    in_flight = max(0, o.in_flight - 1) if counted else o.in_flight
+    left = remaining - in_flight - o.waiting
+    if left < avail:
+        avail = left
+        if avail < 1:
+            return False  # the quota runs out: news
+        o.avail, o.ledger_set = avail, (remaining, now)
+    elif avail < 1:
+        return False
+    # what observe, _quota, _ledger and _tally do with such an answer, in their order
+    o.succeeded(now)
+    o.through += 1
+    o.in_flight = in_flight
+    o.known = True
+    o.learned = False
+    o.limit = limit
+    if o.reset_probe is not None:
+        o.reset_probe = None
+    o.given_back = 0
+    o.closed = None
+    if reset_after is not None:
+        o.reset_at = now + reset_after
+    pace = o.pace
+    pace.rate = limit / window
+    pace.burst = max(1.0, min(limit, max(pace.burst, remaining)))
+    if pace.interval:
+        tokens = remaining - in_flight - o.waiting
+        if tokens - pace.tokens(now) > pace.burst / 2:
+            pace.set_tokens(now, tokens)
+        else:
+            pace.tat = max(pace.tat, now + (pace.burst - tokens) * pace.interval)
+    if o.period_top is None:
+        o.period_top = o.period_low = remaining
+    o.period_low = min(o.period_low, remaining)
+    o.period_ok += 1
+    return True
 
 
 def can_wait(o: OriginState, status: int, hints: Hints) -> bool:
