@@ -244,6 +244,24 @@ class Bound(Tracker):
         """Budgets are the origin's."""
         self.origin.record_attempt(budget, now)
 
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> None:
+        """Each tracker learns its part; scopes named on this route are remembered."""
+        sole = _sole(self, status, hints)
+        if sole is None:
+            run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
+            return
+        # the common case (a success on a route of one scope), with no step of its own to drive
+        sole.observe(status, hints, now, sent_at=sent_at, counted=counted)
+        self.origin.note_success(now)
+
 
 class BoundSteps:
     """
