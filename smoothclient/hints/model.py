@@ -164,6 +164,7 @@ def make_quota(
     window: float | None = None,
     reset_after: float | None = None,
     unit: str = "requests",
+    scope: str | None = None,
 ) -> Quota | None:
     """A quota from whichever of its numbers a header gave (``None`` if it gave none)."""
     if remaining is None and limit is not None and used is not None:
@@ -172,7 +173,7 @@ def make_quota(
         limit = used + remaining
     if remaining is None and limit is None and reset_after is None:
         return None
-    return Quota(source, remaining, limit, window, reset_after, unit)
+    return Quota(source, remaining, limit, window, reset_after, unit, scope)
 
 
 def scope_name(value: str | None) -> str | None:

@@ -51,10 +51,10 @@ def _x_family(ctx: Ctx, prefix: str) -> Iterator[Quota]:
         used=ctx.count(prefix + "used"),
         window=window,
         reset_after=reset,
+        scope=_scope(ctx, prefix),
     )
     if quota:
-        scope = _scope(ctx, prefix)
-        yield quota if scope is None else dataclasses.replace(quota, scope=scope)
+        yield quota
 
 
 def _scope(ctx: Ctx, prefix: str) -> str | None:
