@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
@@ -82,20 +82,16 @@ T = TypeVar("T")
 Step: TypeAlias = Callable[[OriginState, Settings], T]
 
 
-class Later(NamedTuple):
-    """
-    What a store may do with an answer that closes nothing (:func:`.learning.can_wait`).
-
-    A store may apply ``answer`` at once (``answer(state, settings, False)``: the update
-    without the request's count) and let its news reach the others later (with its next
-    write), releasing one request in flight when ``released``; ``may(state)`` says whether
-    the answer may wait on that state.  A store in one process ignores it: it applies the
-    update itself.
-    """
-
-    answer: Callable[[OriginState, Settings, bool], object]
-    released: bool
-    may: Callable[[OriginState], bool]
+#: What a store may do with an answer that closes nothing (:func:`.learning.can_wait`):
+#: ``(answer, released, may)``.  A store may apply ``answer(state, settings, False)`` at once
+#: (the update without the request's count) and let its news reach the others later (with
+#: its next write), releasing one request in flight when ``released``; ``may(state)`` says
+#: whether the answer may wait on that state.  A store in one process ignores it: it applies
+#: the update itself.  (A plain tuple: made on the fast lane of every response with hints,
+#: where a named tuple's making cost 0.2 us.)
+Later: TypeAlias = tuple[
+    Callable[[OriginState, Settings, bool], object], bool, Callable[[OriginState], bool]
+]
 
 
 @runtime_checkable
@@ -132,7 +128,7 @@ class Cell(Protocol):
 
         ``busy``: what a shared store answers when others' writes kept it from applying the
         step for longer than its timeout (nothing taken); ``later``: the update may reach
-        the others a step later (see :class:`Later`).  A store in one process needs neither.
+        the others a step later (see :data:`Later`).  A store in one process needs neither.
         """
 
     def read(self, look: Step[T], *, fresh: bool = False) -> Steps[T]:
@@ -348,7 +344,7 @@ class CellSteps:
         def may(o: OriginState) -> bool:
             return learning.can_wait(o, status, hints)
 
-        return self.cell.update(learn, later=Later(learn, counted, may))
+        return self.cell.update(learn, later=(learn, counted, may))
 
     def cohort(self, now: float) -> Steps[CohortView]:
         return self.cell.read(lambda o, _s: adm.cohort(o, now))

@@ -220,7 +220,7 @@ class RedisCell:
         timeout: the answer is ``busy()`` (nothing taken: "not now"), or, without one, the
         step's result on this process's copy.
         """
-        if later is not None and later.may(self.state) and self.defer(later, step):
+        if later is not None and later[2](self.state) and self.defer(later, step):
             return None  # type: ignore[return-value]  # (an answer: None) on the copy now
         turn = yield from self._take_turn()
         try:
@@ -455,10 +455,10 @@ class RedisCell:
 
     def defer(self, later: Later, step: Step[object]) -> bool:
         """
-        Take ``later.answer`` on the copy now; it goes to Redis with this process's next step.
+        Take ``later``'s answer on the copy now; it goes to Redis with this process's next step.
 
         For answers that close nothing: the fleet learns them a step later, and the request
-        that got them costs one round trip (its slot), not two.  ``later.released``: the
+        that got them costs one round trip (its slot), not two.  ``later``'s ``released``: the
         request leaves this process's in-flight count at once.  False when
         :data:`MAX_DEFERRED` answers already wait (write this one now, and them with it).
         Redis down: ``step`` (the whole update) in this process's memory.
@@ -466,15 +466,15 @@ class RedisCell:
         if not self.link.up_for(self.redis_key):
             self._in_memory(step)
             return True
-        settings = self.settings
+        settings, (learn, released, _) = self.settings, later
 
         def answer(o: OriginState) -> object:
-            return later.answer(o, settings, False)
+            return learn(o, settings, False)
 
         with self.lock:
             if len(self.deferred) >= MAX_DEFERRED:
                 return False
-            if later.released:
+            if released:
                 self.mine[1] -= 1
             answer(self.state)
             self.deferred.append(answer)
