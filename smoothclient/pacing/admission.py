@@ -108,7 +108,28 @@ def acquire(
     Reserve a slot no earlier than ``not_before``.
 
     A granted final admission counts the request as waiting until it is sent or cancelled.
+    An answer to ask again never asks past ``deadline`` (see :func:`_by_deadline`).
     """
+    return _by_deadline(_acquire(o, s, now, not_before, deadline), now, deadline)
+
+
+def _by_deadline(answer: Admission, now: float, deadline: float | None) -> Admission:
+    """
+    ``answer``, but "ask again" no later than ``deadline``, and at it a refusal.
+
+    Polls behind a probe (or a full crowd window) are a few milliseconds each, whatever the
+    deadline: a call 3 ms from its end slept 5 ms more and ended past it.
+    """
+    if answer.final or deadline is None or now + answer.delay <= deadline:
+        return answer
+    if now >= deadline:
+        return Admission(answer.delay, final=True, granted=False)
+    return Admission(deadline - now, final=False)
+
+
+def _acquire(
+    o: OriginState, s: Settings, now: float, not_before: float, deadline: float | None
+) -> Admission:
     probing = _probing(o, s, now)
     if probing is not None:
         return probing
@@ -116,8 +137,10 @@ def acquire(
     due = NO_DEADLINE if deadline is None else deadline
     if at is not None:
         ahead = _ahead(o, now, due, at)
-        if ahead is not None:  # a call nearer its deadline waits for this slot: it goes first
-            again = min(HORIZON / 2, max(PROBE_POLL, ahead - now))
+        again = 0.0 if ahead is None else min(HORIZON / 2, max(PROBE_POLL, ahead - now))
+        if ahead is not None and now + again <= due:
+            # a call nearer its deadline waits for this slot: it goes first (a call whose own
+            # deadline would pass before it asked again takes the slot: no wait past it)
             _queue(o, due, now + again)
             return Admission(again, final=False)
         _unqueue(o, due)
@@ -195,7 +218,8 @@ def when(
     o: OriginState, s: Settings, now: float, not_before: float, deadline: float | None
 ) -> Admission:
     """What :func:`acquire` would answer, reserving nothing."""
-    return _behind_probe(o, s, now) or _plan(o, now, not_before, deadline)[0]
+    answer = _behind_probe(o, s, now) or _plan(o, now, not_before, deadline)[0]
+    return _by_deadline(answer, now, deadline)
 
 
 def _slot(o: OriginState, at: float) -> float | None:

@@ -181,3 +181,23 @@ def test_a_shared_store_keeps_no_queue() -> None:
     acquire(o, shared, 0.0, 0.0, 60.0)
     assert not acquire(o, shared, 0.01, 0.0, 10.0).final
     assert o.queue == []
+
+
+def test_a_call_never_waits_past_its_deadline_for_another() -> None:
+    """Yielding would mean asking again after its own deadline: it takes the slot instead."""
+    o = _paced()
+    acquire(o, S, 0.0, 0.0, 60.0)
+    o.queue = [[0.5, 0.499]]  # nearer its deadline, due to take the slot at 0.5
+    a = acquire(o, S, 0.498, 0.0, 0.501)  # its own deadline: 3 ms from now, under PROBE_POLL
+    assert a.final
+    assert a.granted
+
+
+def test_an_answer_to_ask_again_never_asks_past_the_deadline() -> None:
+    """A full crowd window's poll (5 ms) 2 ms before the deadline: 2 ms, then a refusal."""
+    o = OriginState(known=True, crowd_window=1.0, in_flight=1, latency=1.0, crowd_moved=0.49)
+    a = acquire(o, S, 0.498, 0.0, 0.5)
+    assert not a.final
+    assert abs(a.delay - 0.002) < 1e-12
+    assert not acquire(o, S, 0.5, 0.0, 0.5).granted
+    assert when(o, S, 0.498, 0.0, 0.5).delay <= 0.002 + 1e-12
