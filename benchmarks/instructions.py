@@ -20,11 +20,14 @@ Run: python benchmarks/instructions.py [--requests 500]
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 
 import httpx
 from overhead import ok, ok_with_quota  # the same servers as the timed rows
@@ -34,22 +37,16 @@ import smoothclient
 SERVERS = {"plain": ok, "RateLimit": ok_with_quota}
 
 
-class Ticks:
-    """A clock that moves ``step`` seconds each time it is read."""
-
-    def __init__(self, step: float = 25e-6) -> None:
-        self.now, self.step = 1000.0, step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
+def ticks(step: float = 25e-6) -> Callable[[], float]:
+    """A clock that moves ``step`` seconds each time it is read (in C: it adds no count)."""
+    return functools.partial(next, itertools.count(1000.0, step))
 
 
 def child(server: str, wrapped: bool, requests: int) -> None:
     """Send ``requests`` requests (run under valgrind)."""
     transport: httpx.BaseTransport = httpx.MockTransport(SERVERS[server])
     if wrapped:
-        pacer = smoothclient.Pacer(clock=Ticks())
+        pacer = smoothclient.Pacer(clock=ticks())
         transport = smoothclient.SmoothTransport(transport, pacer=pacer)
     with httpx.Client(transport=transport) as client:
         for _ in range(requests):
