@@ -85,6 +85,7 @@ class Reply:
     status: int
     headers: Mapping[str, str] | Any
     body: bytes | None = None  # a small JSON error body, read for delay hints (docs/headers.md R15)
+    hints: Hints | None = None  # what the headers say, when the fast lane read them already
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,7 +330,9 @@ class CallFlow:
         now = self.clock()
         if isinstance(result, Reply):
             self.record.status = result.status
-            hints = read_fields(result.headers, self.access)
+            hints = result.hints
+            if hints is None:
+                hints = read_fields(result.headers, self.access)
             if result.body is not None:
                 hints = with_body_hints(hints, result.body)
             learner = tracker

@@ -148,14 +148,18 @@ class FastLane:
         response: _Response,
         origin: str = "",
         request: object = None,
-    ) -> dict[str, Any] | None:
-        """The record when ``response`` ends the call (learned from); ``None``: to the flow."""
+    ) -> dict[str, Any] | Hints:
+        """
+        The record when ``response`` ends the call (learned from); else its hints, to the flow.
+
+        The flow takes the hints read here (:class:`~.flow.Reply`): a response is read once.
+        """
         status, headers = response.status_code, response.headers
         now = self.pacer.clock()
         if status >= 400 or status in self._retry_statuses:
             hints = read_fields(headers, self._access)
             if not ends_call(self._policy, status, hints):
-                return None  # the flow decides (and records why)
+                return hints  # the flow decides (and records why)
             tracker = self.learner(tracker, hints, origin, request)
             tracker.observe(status, hints, now, sent_at=sent_at, counted=lane is _ADMITTED)
         elif lane is not _HEALTHY or has_hints(headers, self._access) or not tracker.healthy(now):
@@ -238,14 +242,14 @@ class FastLane:
         response: _Response,
         origin: str = "",
         request: object = None,
-    ) -> Steps[dict[str, Any] | None]:
+    ) -> Steps[dict[str, Any] | Hints]:
         """:meth:`leave` as a step."""
         status, headers = response.status_code, response.headers
         now = self.pacer.clock()
         if status >= 400 or status in self._retry_statuses:
             hints = read_fields(headers, self._access)
             if not ends_call(self._policy, status, hints):
-                return None
+                return hints
             tracker = yield from self.learner_steps(tracker, hints, origin, request)
             yield from stepwise(tracker).observe(
                 status, hints, now, sent_at=sent_at, counted=lane is Lane.ADMITTED
@@ -298,13 +302,18 @@ def first_try(
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
     record = lane.leave(tracker, entry, sent_at, response, origin, request)
-    if record is not None:
+    if isinstance(record, dict):
         return response, None, record, entry, tracker
     try:
-        return response, reply_of(response), None, entry, tracker
+        return response, _read_once(reply_of(response), record), None, entry, tracker
     except BaseException:
         lane.abandoned(tracker, entry)
         raise
+
+
+def _read_once(reply: Reply, hints: Hints) -> Reply:
+    """``reply`` carrying the hints the lane read from it, so the flow does not read them again."""
+    return Reply(reply.status, reply.headers, reply.body, hints)
 
 
 async def first_try_async(
@@ -345,10 +354,10 @@ async def first_try_async(
     else:
         leave = functools.partial(lane.leave, tracker, entry, sent_at, response, origin, request)
         record = await offload(leave)
-    if record is not None:
+    if isinstance(record, dict):
         return response, None, record, entry, tracker
     try:
-        return response, reply_of(response), None, entry, tracker
+        return response, _read_once(reply_of(response), record), None, entry, tracker
     except BaseException:
         lane.abandoned(tracker, entry)
         raise

@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 
-from smoothclient import Pacer, RetryPolicy
+from smoothclient import Pacer, RetryPolicy, SmoothTransport
+from smoothclient.edges import flow
+from smoothclient.edges import lane as lane_module
 from smoothclient.edges.lane import FastLane, Lane
-from smoothclient.hints import GENERIC, Hints
+from smoothclient.hints import GENERIC, Hints, read_fields
 from smoothclient.pacing.store import KeyTracker, MemoryCell, run
 from smoothclient.testing import FakeClock
 
@@ -24,7 +27,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def leave(lane: FastLane, driver: str, *args: Any) -> dict[str, Any] | None:
+def leave(lane: FastLane, driver: str, *args: Any) -> dict[str, Any] | Hints:
     if driver == "sync":
         return lane.leave(*args)
     return run(lane.leave_steps(*args))
@@ -66,3 +69,39 @@ def test_a_plain_success_sent_to_a_healthy_origin(driver: str, paced_since: bool
     assert state.through == through + paced_since  # learned from, or only noted
     assert len(state.successes) == successes + 1
     assert pacer.view(ORIGIN).in_flight == 0  # it was never counted: nothing to release
+
+
+@pytest.mark.parametrize("driver", ["sync", "steps"])
+def test_a_retryable_answer_hands_its_hints_to_the_flow(driver: str) -> None:
+    """A 429 the flow will retry: no record, and the hints read here go with it (read once)."""
+    _clock, _pacer, lane = known_origin()
+    entry, tracker, sent_at = lane.enter(ORIGIN)
+    assert tracker is not None
+    answer = Answer(429, {"Retry-After": "2"})
+    handed = leave(lane, driver, tracker, entry, sent_at, answer, ORIGIN)
+    assert isinstance(handed, Hints)
+    assert handed.retry_after == 2.0
+
+
+def test_the_flow_reads_the_headers_of_a_first_answer_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through an edge: a 429 then a 200; the 429's headers are read by the lane alone."""
+    reads: list[int] = []
+    original = read_fields
+
+    def counting(headers: Any, access: Any) -> Hints:
+        reads.append(1)
+        return original(headers, access)
+
+    monkeypatch.setattr(lane_module, "read_fields", counting)
+    monkeypatch.setattr(flow, "read_fields", counting)
+    answers = iter([httpx.Response(429, headers={"Retry-After": "0"}), httpx.Response(200)])
+    clock = FakeClock(100.0)
+    transport = SmoothTransport(
+        httpx.MockTransport(lambda request: next(answers)),
+        policy=RetryPolicy(attempts=2),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+    )
+    with httpx.Client(transport=transport) as client:
+        assert client.get("http://api.test/x").status_code == 200
+    assert len(reads) == 2  # the 429's once (by the lane), the 200's once (by the flow)
