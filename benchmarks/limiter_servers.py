@@ -65,6 +65,7 @@ from typing import Any
 from smoothclient.tools.debian import Unavailable
 from smoothclient.tools.debian import ensure_haproxy as _ensure_haproxy
 from smoothclient.tools.debian import ensure_nginx as _ensure_nginx
+from smoothclient.tools.nginx import conf as nginx_conf
 from smoothclient.tools.server import LimitedServer
 
 __all__ = [
@@ -204,22 +205,9 @@ def ensure_nginx() -> str:
         raise Skip(str(exc)) from exc
 
 
-_NGINX_CONF = """\
-{modules}daemon off;
-master_process off;
-worker_processes 1;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log error;
-worker_rlimit_nofile 8192;
-events {{ worker_connections 4096; }}
-http {{
+#: What goes in the ``http`` block (the frame around it: smoothclient.tools.nginx.conf).
+_NGINX_HTTP = """\
     access_log off;
-    default_type text/plain;
-    client_body_temp_path {tmp}/client_body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
     keepalive_requests 100000;
     keepalive_timeout 120s;
     server_tokens off;
@@ -232,7 +220,6 @@ http {{
         location / {{
 {location}        }}
 {extra}    }}
-}}
 """
 
 _LIMIT_REQ = """\
@@ -338,10 +325,10 @@ def _nginx(
     binary = ensure_nginx()
 
     def command(tmp: Path, port: int) -> list[str]:
-        conf = _NGINX_CONF.format(
-            tmp=tmp, port=port, modules=modules, limiter=limiter, location=location, extra=extra
+        http = _NGINX_HTTP.format(
+            tmp=tmp, port=port, limiter=limiter, location=location, extra=extra
         )
-        (tmp / "nginx.conf").write_text(conf)
+        (tmp / "nginx.conf").write_text(nginx_conf(tmp, http, modules=modules, connections=4096))
         return [binary, "-p", str(tmp), "-c", str(tmp / "nginx.conf"), "-e", str(tmp / "error.log")]
 
     with _logged_child(name, limit, "nginx", command, to_log=False) as running:

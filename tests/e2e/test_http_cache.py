@@ -30,36 +30,23 @@ from smoothclient.aiohttp import SmoothMiddleware
 from smoothclient.httpcache.lookup import Fetch, Lookup
 from smoothclient.testing import FakeClock
 from smoothclient.tools.debian import Unavailable, ensure_nginx
+from smoothclient.tools.nginx import conf as nginx_conf
 from smoothclient.tools.redis_server import RedisServer, binary
 
 pytestmark = pytest.mark.e2e
 
-_CONF = """\
-daemon off;
-master_process off;
-worker_processes 1;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log error;
-events {{ worker_connections 256; }}
-http {{
-    default_type text/plain;
-    client_body_temp_path {tmp}/client_body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
+_HTTP = """\
     log_format seen '$uri $status';
-    server {{
-        listen 127.0.0.1:{port};
-        access_log {tmp}/access.log seen;
-        root {tmp}/www;
-        location /fresh/ {{ add_header Cache-Control "max-age=60"; }}
-        location /nocache/ {{ add_header Cache-Control "no-cache"; }}
-        location /nostore/ {{ add_header Cache-Control "no-store"; }}
-        location /swr/ {{ add_header Cache-Control "max-age=1, stale-while-revalidate=60"; }}
-        location /heuristic/ {{ }}
-    }}
-}}
+    server {
+        listen 127.0.0.1:%(port)d;
+        access_log %(tmp)s/access.log seen;
+        root %(tmp)s/www;
+        location /fresh/ { add_header Cache-Control "max-age=60"; }
+        location /nocache/ { add_header Cache-Control "no-cache"; }
+        location /nostore/ { add_header Cache-Control "no-store"; }
+        location /swr/ { add_header Cache-Control "max-age=1, stale-while-revalidate=60"; }
+        location /heuristic/ { }
+    }
 """
 
 
@@ -114,7 +101,7 @@ def nginx() -> Iterator[Nginx]:
     old = time.time() - 1000  # a heuristic lifetime of 100 s
     os.utime(www / "heuristic" / "a", (old, old))
     port = _free_port()
-    (tmp / "nginx.conf").write_text(_CONF.format(tmp=tmp, port=port))
+    (tmp / "nginx.conf").write_text(nginx_conf(tmp, _HTTP % {"tmp": tmp, "port": port}))
     process = subprocess.Popen(
         [found, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
         stdout=subprocess.DEVNULL,
