@@ -58,7 +58,7 @@ from smoothclient.edges.lane import FastLane
 from smoothclient.edges.requests_adapter import _origin
 from smoothclient.hints import has_hints
 from smoothclient.pacing import learning
-from smoothclient.pacing.store import run
+from smoothclient.pacing.steps import run
 from smoothclient.tools.server import LimitedServer
 
 #: What a typical small API response carries besides any rate-limit fields.

@@ -73,7 +73,7 @@ def paced_steps_async(pacer: smoothclient.Pacer, n: int, rate: float) -> list[fl
     quota = Hints(remaining=1e9, limit=rate, window=1.0)
     tracker.observe(200, quota, pacer.clock(), counted=False)
     try:
-        from smoothclient.pacing.store import run_async
+        from smoothclient.pacing.steps import run_async
     except ImportError:  # before the steps were generators: the edges used worker threads
         run_async = None
 

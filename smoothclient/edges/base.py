@@ -23,7 +23,8 @@ from ..hints import FieldAccess
 from ..hints.numbers import declared_length
 from ..pacing.pacer import Pacer, PacerLike
 from ..pacing.scopes import ScopeFn
-from ..pacing.store import Steps, Tracker, in_thread, on_asyncio
+from ..pacing.steps import Steps, in_thread, on_asyncio
+from ..pacing.store import Tracker
 from ..policy import DEFAULT_POLICY, POLICY_FIELDS, RetryPolicy, overrides, with_fields
 from .flow import CallFlow, Failure, Finished, Offload, Reply, drive, drive_async
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async, left_of

@@ -29,7 +29,8 @@ from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
 from ..pacing import outage
 from ..pacing.scopes import names_new_scopes
-from ..pacing.store import Steps, Tracker, Trip, answer, answer_async, boxed, stepwise
+from ..pacing.steps import Steps, Trip, answer, answer_async, boxed
+from ..pacing.store import Tracker, stepwise
 from ..policy import RetryBudget, RetryPolicy
 
 __all__ = [

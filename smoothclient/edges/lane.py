@@ -21,7 +21,8 @@ from ..events import first_attempt_record
 from ..hints import FieldAccess, Hints, has_hints, read_fields
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import names_new_scopes
-from ..pacing.store import Steps, Tracker, run_async, stepwise
+from ..pacing.steps import Steps, run_async
+from ..pacing.store import Tracker, stepwise
 from ..policy import RetryPolicy
 from .flow import Failure, Reply
 

@@ -19,7 +19,8 @@ from ..hints.model import Hints, Quota, hints_of
 from ..policy import RetryBudget
 from .keys import LruMap
 from .state import Admission, OriginState, OriginView
-from .store import Steps, Tracker, run, stepwise
+from .steps import Steps, run
+from .store import Tracker, stepwise
 
 __all__ = [
     "MAX_PER_REQUEST",

@@ -47,7 +47,8 @@ from .scopes import (
     template,
 )
 from .state import OriginView, Settings
-from .store import KeyTracker, MemoryStore, Steps, Store, Tracker, run, stepwise
+from .steps import Steps, run
+from .store import KeyTracker, MemoryStore, Store, Tracker, stepwise
 
 __all__ = ["Pacer", "PacerLike"]
 

@@ -14,12 +14,12 @@ trackers for a request bound by several scopes.  A new store slots in here witho
 either.
 
 **Steps that do I/O** (a shared store's round trips) are written once, as generators that
-yield :class:`Trip` requests and receive their replies (:data:`Steps`); a sync driver
-(:func:`run`, what a tracker's plain methods use) and an async one (:func:`run_async`, what
-async edges on asyncio use: the event loop never blocks) take the trips (:mod:`.steps`,
-named here too).  A tracker's steps
-are ``tracker.steps`` (a :class:`Stepwise`; :func:`stepwise`); a store with no I/O answers
-each at once, yielding nothing.
+yield :class:`~.steps.Trip` requests and receive their replies (:data:`~.steps.Steps`); a
+sync driver (:func:`~.steps.run`, what a tracker's plain methods use) and an async one
+(:func:`~.steps.run_async`, what async edges on asyncio use: the event loop never blocks)
+take the trips (:mod:`.steps`).  A tracker's steps are ``tracker.steps`` (a
+:class:`Stepwise`; :func:`stepwise`); a store with no I/O answers each at once, yielding
+nothing.
 """
 
 from __future__ import annotations
@@ -37,18 +37,7 @@ from . import learning
 from .budget import BudgetCounts
 from .keys import LruMap
 from .state import PROBE_POLL, Admission, OriginState, OriginView, Settings
-from .steps import (
-    Steps,
-    Trip,
-    answer,
-    answer_async,
-    boxed,
-    done,
-    in_thread,
-    on_asyncio,
-    run,
-    run_async,
-)
+from .steps import Steps, done, run
 
 __all__ = [
     "Cell",
@@ -58,19 +47,9 @@ __all__ = [
     "MemoryCell",
     "MemoryStore",
     "Step",
-    "Steps",
     "Stepwise",
     "Store",
     "Tracker",
-    "Trip",
-    "answer",
-    "answer_async",
-    "boxed",
-    "done",
-    "in_thread",
-    "on_asyncio",
-    "run",
-    "run_async",
     "stepwise",
 ]
 

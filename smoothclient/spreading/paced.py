@@ -17,7 +17,8 @@ from ..errors import RateLimited
 from ..pacing.gcra import Gcra
 from ..pacing.keys import LruMap
 from ..pacing.state import OriginState
-from ..pacing.store import Tracker, in_thread, on_asyncio, run_async, stepwise
+from ..pacing.steps import in_thread, on_asyncio, run_async
+from ..pacing.store import Tracker, stepwise
 from ._aio import async_sleep, iterate_after
 
 F = TypeVar("F", bound=Callable[..., Any])

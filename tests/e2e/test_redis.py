@@ -35,7 +35,8 @@ from smoothclient.pacing.redis import tracker as redis_tracker
 from smoothclient.pacing.redis.store import RedisCell, redis_key
 from smoothclient.pacing.scopes import Bound
 from smoothclient.pacing.state import OriginState
-from smoothclient.pacing.store import KeyTracker, run_async, stepwise
+from smoothclient.pacing.steps import run_async
+from smoothclient.pacing.store import KeyTracker, stepwise
 from smoothclient.tools.redis_server import RedisServer
 from smoothclient.tools.server import LimitedServer
 

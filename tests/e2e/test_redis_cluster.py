@@ -30,7 +30,7 @@ from smoothclient.pacing.keys import origin_key
 from smoothclient.pacing.redis.clients import parse_nodes_url
 from smoothclient.pacing.redis.link import Link
 from smoothclient.pacing.redis.store import RedisCell, redis_key
-from smoothclient.pacing.store import run_async
+from smoothclient.pacing.steps import run_async
 from smoothclient.tools.redis_server import RedisCluster, RedisServer, binary, cli
 from smoothclient.tools.server import LimitedServer
 

@@ -11,7 +11,7 @@ import pytest
 from smoothclient import Pacer
 from smoothclient.hints import Hints
 from smoothclient.pacing.redis.store import RedisCell
-from smoothclient.pacing.store import run_async
+from smoothclient.pacing.steps import run_async
 from smoothclient.tools.redis_server import RedisServer, binary, sentinel
 
 pytestmark = [

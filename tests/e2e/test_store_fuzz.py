@@ -31,7 +31,7 @@ from smoothclient.hints import Hints
 from smoothclient.pacing.codec import dump
 from smoothclient.pacing.redis.store import RedisCell, redis_key
 from smoothclient.pacing.state import OriginState
-from smoothclient.pacing.store import run_async
+from smoothclient.pacing.steps import run_async
 from smoothclient.tools.redis_server import RedisServer, binary
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(binary() is None, reason="no redis-server")]

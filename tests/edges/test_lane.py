@@ -13,7 +13,8 @@ from smoothclient.edges import flow
 from smoothclient.edges import lane as lane_module
 from smoothclient.edges.lane import FastLane, Lane
 from smoothclient.hints import GENERIC, Hints, read_fields
-from smoothclient.pacing.store import KeyTracker, MemoryCell, run
+from smoothclient.pacing.steps import run
+from smoothclient.pacing.store import KeyTracker, MemoryCell
 from smoothclient.testing import FakeClock
 
 ORIGIN = "http://api.test:80"

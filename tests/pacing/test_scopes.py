@@ -11,7 +11,7 @@ from smoothclient import Pacer, read_hints
 from smoothclient.hints.model import Hints, Quota, hints_of
 from smoothclient.pacing import GITHUB_SCOPES, ScopeRequest, ScopeRule, ScopeRules
 from smoothclient.pacing.scopes import Bound, OriginScopes, names_of, split, template
-from smoothclient.pacing.store import run
+from smoothclient.pacing.steps import run
 from smoothclient.testing import FakeClock
 
 ORIGIN = "https://api.test:443"

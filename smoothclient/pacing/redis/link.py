@@ -31,7 +31,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..store import Trip, on_asyncio
+from ..steps import Trip, on_asyncio
 from .clients import Lazy, async_like, clients_for
 from .nodes import MAX_PAUSE, Nodes, node_of, pause
 from .scripts import LOST, READ, SAVE, AsyncClusterScript, AsyncScript, ClusterScript, Script, named

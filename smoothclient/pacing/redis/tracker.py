@@ -26,7 +26,8 @@ from ...policy import RetryBudget
 from .. import admission as adm
 from ..codec import KEEP, clamped, dump, load
 from ..state import MAX_SUCCESSES, OriginState, Settings
-from ..store import Later, MemoryCell, Step, Steps, Trip, run
+from ..steps import Steps, Trip, run
+from ..store import Later, MemoryCell, Step
 from .link import Link, _Down
 
 __all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisCell", "redis_key"]
