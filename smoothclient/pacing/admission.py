@@ -148,10 +148,7 @@ def _acquire(
         o.waiting += 1
     elif not answer.granted:
         _unqueue(o, due)  # it gives up: it holds nobody back
-    elif not_before <= now + HORIZON and not s.shared:  # it waits for a slot, not a backoff
-        # (not in a shared store: every waiter's ask would then be a write, and a fleet of
-        # four through Redis wrote so often that its steps fell back to memory: 4.7x the
-        # capacity after an outage; see docs/outages.md section 5)
+    elif not_before <= now + HORIZON:  # it waits for a slot, not a backoff
         _queue(o, due, now + answer.delay)
     return answer
 

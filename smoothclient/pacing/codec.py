@@ -5,6 +5,10 @@ JSON (infinities as ``Infinity``, as Python's ``json`` writes and reads them).  
 counts (``waiting``, ``in_flight``) are not here: a shared store keeps them per process, so a
 crashed process's counts fade (see :mod:`.redis.store`).
 
+The waiters' queue is not here either: it says which of *this process's* calls ask again
+when, so each process keeps its own (see :class:`.redis.tracker.RedisCell`); written to the
+store, every waiter's ask was a write.
+
 The times of recent successes and throttles are most of a busy origin's state (a hundred a
 second at 100 req/s), and a shared store writes the state on every step: they are written as
 base64 of their IEEE doubles, which C code packs and unpacks.  Turning each into milliseconds
@@ -28,14 +32,15 @@ from typing import Any
 from ..policy import RetryBudget
 from .budget import BudgetCounts
 from .gcra import Gcra
-from .state import MAX_QUEUE, MAX_SUCCESSES, OriginState, Outage
+from .state import MAX_SUCCESSES, OriginState, Outage
 
 __all__ = ["clamped", "dump", "load"]
 
 log = logging.getLogger("smoothclient.pacing")
 
-_COUNTS = frozenset({"waiting", "in_flight"})
-_FIELDS = tuple(f.name for f in dataclasses.fields(OriginState) if f.name not in _COUNTS)
+#: What each process keeps for itself: its cohort counts, its waiters' queue.
+_OWN = frozenset({"waiting", "in_flight", "queue"})
+_FIELDS = tuple(f.name for f in dataclasses.fields(OriginState) if f.name not in _OWN)
 
 
 #: Successes and throttles older than this (before the newest) are not written: the rules
@@ -118,12 +123,6 @@ def _outage(value: list[Any]) -> Outage:
     )
 
 
-def _queued(value: list[Any]) -> list[list[float]]:
-    """The waiters' queue: pairs of numbers, at most MAX_QUEUE, in deadline order."""
-    queue = [[float(d), float(at)] for d, at in value if _number(d) and _number(at)]
-    return sorted(queue)[:MAX_QUEUE]
-
-
 def _tuple(value: list[Any] | None) -> tuple[Any, ...] | None:
     """An optional tuple field (JSON writes it as a list)."""
     return None if value is None else tuple(value)
@@ -137,7 +136,6 @@ _LOADERS: dict[str, Any] = {
     "successes": _load_times,
     "routes": lambda v: {str(k): tuple(str(n) for n in names) for k, names in v.items()},
     "outage": _outage,
-    "queue": _queued,
     "cut": _tuple,
     "exhausted": _tuple,
     "ledger_set": _tuple,
@@ -217,8 +215,6 @@ def clamped(state: OriginState, now: float, max_gate: float) -> OriginState:
         state.reset_at = min(state.reset_at, latest)
     if state.closed is not None:
         state.closed = min(state.closed, latest)
-    for entry in state.queue:  # a waiter due to ask again only after that holds up the rest
-        entry[1] = min(entry[1], latest)
     b = state.outage
     b.closed_until = min(b.closed_until, latest)
     b.release_until = min(b.release_until, latest)

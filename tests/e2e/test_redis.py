@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import logging
 import os
 import socket
@@ -1029,3 +1030,27 @@ def test_a_restart_that_flaps_is_one_warning_and_one_back(
     said = [r.getMessage() for r in caplog.records]
     assert sum("Redis failed" in m for m in said) == 1
     assert sum("Redis is back" in m for m in said) == 1
+
+
+def test_a_processs_waiters_queue_in_its_own_memory(server: RedisServer) -> None:
+    """
+    Slots go to this process's calls nearest their deadlines first, as in memory; the queue
+    is this process's own: a waiter's ask writes nothing, and the key never holds it.
+    """
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    assert isinstance(tracker.cell, RedisCell)
+    spent = Hints(remaining=0, limit=10, window=10, reset_after=10)  # a bucket of 1 req/s
+    tracker.observe(200, spent, pacer.clock(), counted=False)  # spent: its next slot in 1 s
+    with redis.Redis.from_url(server.url) as admin:
+        version = admin.hget(redis_key(ORIGIN), "v")
+        now = pacer.clock()
+        held = tracker.acquire(now, deadline=now + 10)  # too far ahead to fix: asks again
+        newer = tracker.acquire(now, deadline=now + 50)
+        assert not held.final
+        assert not newer.final
+        assert [round(d - now) for d, _ in tracker.cell.queue] == [10, 50]
+        assert admin.hget(redis_key(ORIGIN), "v") == version  # no write for a waiter's ask
+        stored = admin.hget(redis_key(ORIGIN), "s")
+    assert stored is not None
+    assert "queue" not in json.loads(stored)

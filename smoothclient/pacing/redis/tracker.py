@@ -83,6 +83,10 @@ class RedisCell:
         self.fallback = fallback
         self.me = me
         self.state = OriginState()
+        # this process's waiters (admission's queue): which of its calls ask again when is
+        # nobody else's, and written to the key every waiter's ask was a write (a fleet of
+        # four wrote so often that its steps fell back to memory)
+        self.queue: list[list[float]] = []
         self.version = -1  # never read
         self.others: dict[str, list[float]] = {}  # other processes' [waiting, in flight, when]
         self.mine = [0, 0]  # this process's waiting and in flight
@@ -106,6 +110,7 @@ class RedisCell:
         self.me = me
         self.mine, self.written = [0, 0], [-1, -1]
         self.others = {}
+        self.queue = []
         self.deferred = []
         self.dirty = None
         self.unsent.clear()
@@ -293,7 +298,9 @@ class RedisCell:
             before = (state.waiting, state.in_flight)
             if self.unsent:
                 _merge_successes(state, self.unsent)
+            state.queue = self.queue
             result = step(state, self.settings)
+            self.queue = state.queue
             delta = [state.waiting - before[0], state.in_flight - before[1]]
             self.mine = [self.mine[0] + delta[0], self.mine[1] + delta[1]]
             text = dump(state)
