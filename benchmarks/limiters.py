@@ -20,7 +20,7 @@ Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, ng
 fixed-window and the controls, 100 on moving-window, 90 on fixed-window-3s, 30 on
 retry-after; 60 on haproxy), and fleets of 3, 6 and 12 OS processes (spawned, released
 together by a barrier, sharing nothing) of 20 GETs at once each: 3 and 6 against nginx,
-fixed-window and retry-after, 3 and 12 against nginx-conn, 12 against nginx and fixed-window.
+fixed-window and retry-after, 3, 6 and 12 against nginx-conn, 12 against nginx and fixed-window.
 Clients (one GET per call, retrying 429/503 until it succeeds, at most 50 attempts, waits
 capped at 30 s, 60 s request timeouts):
 
@@ -175,6 +175,7 @@ SCENARIOS = [
     Scenario("nginx fleet 6x20", "nginx", FLEET_CALLS, 6),
     Scenario("nginx fleet 12x20", "nginx", FLEET_CALLS, 12),
     Scenario("nginx conn fleet 3x20", "nginx-conn", FLEET_CALLS, 3),
+    Scenario("nginx conn fleet 6x20", "nginx-conn", FLEET_CALLS, 6),
     Scenario("nginx conn fleet 12x20", "nginx-conn", FLEET_CALLS, 12),
     Scenario("fixed-window fleet 3x20", "fixed-window", FLEET_CALLS, 3),
     Scenario("fixed-window fleet 6x20", "fixed-window", FLEET_CALLS, 6),
