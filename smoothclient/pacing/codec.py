@@ -38,8 +38,9 @@ __all__ = ["clamped", "dump", "load"]
 
 log = logging.getLogger("smoothclient.pacing")
 
-#: What each process keeps for itself: its cohort counts, its waiters' queue.
-_OWN = frozenset({"waiting", "in_flight", "queue"})
+#: What each process keeps for itself: its cohort counts (and how many processes they are
+#: of), its waiters' queue.
+_OWN = frozenset({"waiting", "in_flight", "processes", "queue"})
 _FIELDS = tuple(f.name for f in dataclasses.fields(OriginState) if f.name not in _OWN)
 
 

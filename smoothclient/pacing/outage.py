@@ -69,8 +69,11 @@ SETTLE = 2.0
 #: the outage (the rate it served times its quickest answer): twice, as BBR keeps twice the
 #: bandwidth-delay product, room for a backlog and a queue at the origin of as much again.
 FLIGHT_GAIN = 2.0
-#: ... and at least this many requests: a quick origin's handful in flight bounds nothing (its
-#: answers' times are the client's own scheduling as much as the server's).
+#: ... and at least this many requests a process: a quick origin's handful in flight bounds
+#: nothing (its answers' times are the client's own scheduling as much as the server's, and
+#: each process of a fleet that shares a store schedules its own: held to one process's
+#: handful, a fleet of four through Redis released at the rate it was offered, never faster,
+#: and some of its releases stalled at the floor).
 MIN_FLIGHT = 4.0
 #: Each answer moves the smoothed time answers take by this share of the difference.
 SMOOTHING = 0.25
@@ -247,7 +250,8 @@ def timed(o: OriginState, s: Settings, now: float, sent_at: float | None, *, ok:
         return
     answers = len(o.successes) - bisect.bisect_left(o.successes, now - 1.0)
     window = FLIGHT_GAIN * max(o.outage.served, answers) * quickest
-    window = max(MIN_FLIGHT, window * min(1.0, FLIGHT_GAIN * quickest / smoothed))
+    floor = MIN_FLIGHT * max(1, o.processes)  # (each process's own scheduling: see MIN_FLIGHT)
+    window = max(floor, window * min(1.0, FLIGHT_GAIN * quickest / smoothed))
     # the gap closed over two answers' times: what is sent now shows in the answers one later
     bound = max(s.learned_floor, answers + (window - o.in_flight) / (2 * smoothed))
     if rate >= o.unbounded or not ok:

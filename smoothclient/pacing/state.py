@@ -186,6 +186,8 @@ class OriginState:
     successes: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SUCCESSES))
     waiting: int = 0
     in_flight: int = 0
+    # how many processes those counts are of: 1, or a fleet's that share a store (its cohort)
+    processes: int = 1
     budgets: dict[RetryBudget, BudgetCounts] = field(default_factory=dict)
     # the limiter model (see Kind): what the server's quota does between its resets
     kind: Kind = "unknown"

@@ -258,6 +258,35 @@ def test_a_quick_origins_jitter_does_not_hold_its_release(monkeypatch: pytest.Mo
     assert rates[0] == rates[1]
 
 
+def test_a_fleets_handful_in_flight_does_not_hold_its_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """
+    Four processes sharing one store, three requests in flight each: twelve in the fleet's
+    counts, each process's own scheduling, not a queue at the origin.
+
+    Held to one process's handful (MIN_FLIGHT), a fleet of four through Redis was released
+    at the rate it was offered, never faster, and some releases stalled at the floor.
+    """
+    def released(processes: int) -> float | None:
+        o, now = _reopened()
+        o.processes = processes
+        for i in range(60):
+            now += 1 / 30
+            o.in_flight = 12
+            took = 0.001 if i % 2 else 0.03
+            learning.observe(o, S, 200, Hints(), now, sent_at=now - took, counted=True)
+        return o.pace.rate
+
+    alone = released(1)  # one process with twelve in flight: held to its handful
+    fleet = released(4)
+    monkeypatch.setattr(outage, "timed", lambda *a, **k: None)
+    assert fleet == released(4)  # (as if there were no bound)
+    assert alone is not None
+    assert fleet is not None
+    assert alone < fleet
+
+
 def test_no_metastable_failure_after_an_outage_of_a_worker_pool() -> None:
     """
     Virtual time: 4 clients offer 90 calls/s to a pool of 10 workers (100/s) whose queued

@@ -190,6 +190,7 @@ class RedisCell:
         state = self.state if state is None else state
         state.waiting = max(0, self.mine[0]) + int(sum(e[0] for e in self.others.values()))
         state.in_flight = max(0, self.mine[1]) + int(sum(e[1] for e in self.others.values()))
+        state.processes = 1 + len(self.others)
 
     def _trusted(self) -> bool:
         """Whether the copy was read or written within :data:`TRUST` seconds."""
@@ -416,6 +417,7 @@ class RedisCell:
         for f in dataclasses.fields(OriginState):
             setattr(target, f.name, getattr(self.state, f.name))
         target.waiting, target.in_flight = max(0, self.mine[0]), max(0, self.mine[1])
+        target.processes = 1  # (this process's alone now)
         self.deferred.clear()  # on the copy, so in the fallback's state now
         self.synced = -math.inf
 
