@@ -268,6 +268,7 @@ def test_a_fleets_handful_in_flight_does_not_hold_its_release(
     Held to one process's handful (MIN_FLIGHT), a fleet of four through Redis was released
     at the rate it was offered, never faster, and some releases stalled at the floor.
     """
+
     def released(processes: int) -> float | None:
         o, now = _reopened()
         o.processes = processes
