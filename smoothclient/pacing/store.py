@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from ..engine.decide import CohortView
 from ..hints.model import Hints
@@ -50,6 +50,7 @@ __all__ = [
     "Stepwise",
     "Store",
     "Tracker",
+    "at_once",
     "stepwise",
 ]
 
@@ -282,30 +283,41 @@ class CellSteps:
 
     The transitions are those of :mod:`.admission` and :mod:`.learning` (and the budgets');
     the cell decides how they are applied atomically (under a lock, or as a round trip).
+
+    Each operation goes through a pair of primitives: by default the cell's own
+    (:meth:`Cell.update`, :meth:`Cell.read`: steps, what async edges drive).  Given the pair
+    of :func:`at_once` instead, the same operations return their results here and now: a
+    :class:`KeyTracker`'s plain methods (:meth:`record_attempt` excepted: the tracker counts
+    an attempt itself).
     """
 
-    __slots__ = ("cell",)
+    __slots__ = ("_read", "_update", "cell")
 
-    def __init__(self, cell: Cell) -> None:
+    def __init__(
+        self,
+        cell: Cell,
+        update: Callable[..., Steps[Any]] | None = None,
+        read: Callable[..., Steps[Any]] | None = None,
+    ) -> None:
         self.cell = cell
+        self._update = cell.update if update is None else update
+        self._read = cell.read if read is None else read
 
     def healthy(self, now: float) -> Steps[bool]:
-        return self.cell.read(lambda o, _s: adm.healthy(o, now))
+        return self._read(lambda o, _s: adm.healthy(o, now))
 
     def try_now(self, now: float) -> Steps[bool]:
-        return self.cell.update(lambda o, s: adm.try_now(o, s, now), busy=_no)
+        return self._update(lambda o, s: adm.try_now(o, s, now), busy=_no)
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Steps[Admission]:
-        return self.cell.update(
-            lambda o, s: adm.acquire(o, s, now, not_before, deadline), busy=_poll
-        )
+        return self._update(lambda o, s: adm.acquire(o, s, now, not_before, deadline), busy=_poll)
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Steps[Admission]:
-        return self.cell.read(lambda o, s: adm.when(o, s, now, not_before, deadline))
+        return self._read(lambda o, s: adm.when(o, s, now, not_before, deadline))
 
     def observe(
         self,
@@ -323,27 +335,27 @@ class CellSteps:
         def may(o: OriginState) -> bool:
             return learning.can_wait(o, status, hints)
 
-        return self.cell.update(learn, later=(learn, counted, may))
+        return self._update(learn, later=(learn, counted, may))
 
     def cohort(self, now: float) -> Steps[CohortView]:
-        return self.cell.read(lambda o, _s: adm.cohort(o, now))
+        return self._read(lambda o, _s: adm.cohort(o, now))
 
     def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
         steps = self.cell.record_attempt(budget, now)
         return done(None) if steps is None else steps
 
     def try_retry(self, budget: RetryBudget, now: float) -> Steps[bool]:
-        return self.cell.update(lambda o, _s: o.budget(budget).try_retry(now))
+        return self._update(lambda o, _s: o.budget(budget).try_retry(now))
 
     def view(self, now: float) -> Steps[OriginView]:
         key = self.cell.key
-        return self.cell.read(lambda o, _s: adm.view(key, o, now))
+        return self._read(lambda o, _s: adm.view(key, o, now))
 
     def update(self, step: Callable[[OriginState], T]) -> Steps[T]:
-        return self.cell.update(_state_only(step))
+        return self._update(_state_only(step))
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> Steps[T]:
-        return self.cell.read(_state_only(look), fresh=fresh)
+        return self._read(_state_only(look), fresh=fresh)
 
 
 def _no() -> bool:
@@ -356,22 +368,47 @@ def _poll() -> Admission:
     return Admission(PROBE_POLL, final=False)
 
 
+def at_once(cell: Cell) -> tuple[Callable[..., Steps[Any]], Callable[..., Steps[Any]]]:
+    """
+    ``cell``'s primitives done here and now: ``(apply, look)``, each returning its result.
+
+    A cell with no I/O offers them itself (:meth:`MemoryCell.apply`, :meth:`MemoryCell.look`:
+    no generator to make and drive); any other cell's steps are driven in this thread
+    (:func:`run`).  Typed as the steps they stand for, so :class:`CellSteps` takes them: the
+    operations it makes of them return their results, not steps.
+    """
+    apply, look = getattr(cell, "apply", None), getattr(cell, "look", None)
+    if apply is not None and look is not None:
+        return cast("Callable[..., Steps[Any]]", apply), cast("Callable[..., Steps[Any]]", look)
+
+    def driven_update(step: Step[T], **options: Any) -> Any:
+        return run(cell.update(step, **options))
+
+    def driven_read(look: Step[T], **options: Any) -> Any:
+        return run(cell.read(look, **options))
+
+    return driven_update, driven_read
+
+
 class KeyTracker(Tracker):
     """
     The tracker of one key: every operation written once over its :class:`Cell`.
 
     Its steps (:class:`CellSteps`) are the cell's two primitives applied to the pure
-    transitions; the plain methods drive them here, but for the fast lane's lock-free calls
-    and this process's counts, which go to the cell at once.
+    transitions; the plain methods are the same operations over the primitives done at once
+    (:func:`at_once`), but for the fast lane's lock-free calls and this process's counts,
+    which go to the cell directly.
     """
 
-    __slots__ = ("cell", "healthy", "key", "note_success", "steps")
+    __slots__ = ("_now", "cell", "healthy", "key", "note_success", "steps")
 
     def __init__(self, cell: Cell) -> None:
         """The tracker of ``cell``'s key."""
         self.cell = cell
         self.key = cell.key
         self.steps: CellSteps = CellSteps(cell)
+        #: The same operations, each returning its result (see :class:`CellSteps`).
+        self._now: Any = CellSteps(cell, *at_once(cell))
         # the fast lane's calls, the cell's own (lock-free in memory)
         self.healthy: Callable[[float], bool] = cell.healthy
         self.note_success: Callable[[float], None] = cell.note_success
@@ -379,6 +416,56 @@ class KeyTracker(Tracker):
     def __repr__(self) -> str:
         """Show the key and the kind of cell."""
         return f"<KeyTracker {self.key!r} on {type(self.cell).__name__}>"
+
+    # the plain operations: the steps' own, their primitives done at once
+
+    def try_now(self, now: float) -> bool:
+        """Admit one request at once if a slot is free now (counted in flight)."""
+        return self._now.try_now(now)  # type: ignore[no-any-return]
+
+    def acquire(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        """Reserve a slot no earlier than ``not_before`` (counted waiting if granted)."""
+        return self._now.acquire(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
+
+    def when(
+        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
+    ) -> Admission:
+        """What :meth:`acquire` would answer, reserving nothing."""
+        return self._now.when(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
+
+    def observe(
+        self,
+        status: int,
+        hints: Hints,
+        now: float,
+        *,
+        sent_at: float | None = None,
+        counted: bool = True,
+    ) -> None:
+        """Learn from one response."""
+        self._now.observe(status, hints, now, sent_at=sent_at, counted=counted)
+
+    def cohort(self, now: float) -> CohortView:
+        """What the retry engine needs to know of the cohort."""
+        return self._now.cohort(now)  # type: ignore[no-any-return]
+
+    def try_retry(self, budget: RetryBudget, now: float) -> bool:
+        """Take room for one retry from ``budget`` if it has it (check and take at once)."""
+        return self._now.try_retry(budget, now)  # type: ignore[no-any-return]
+
+    def view(self, now: float) -> OriginView:
+        """A snapshot, for monitoring."""
+        return self._now.view(now)  # type: ignore[no-any-return]
+
+    def update(self, step: Callable[[OriginState], T]) -> T:
+        """Apply ``step`` (a pure function of the state) as one atomic step; its result."""
+        return self._now.update(step)  # type: ignore[no-any-return]
+
+    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
+        """``look`` at the state (which it must not change); its result."""
+        return self._now.read(look, fresh=fresh)  # type: ignore[no-any-return]
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         steps = self.cell.record_attempt(budget, now)
@@ -443,14 +530,28 @@ class MemoryCell:
         busy: Callable[[], T] | None = None,
         later: Later | None = None,
     ) -> Steps[T]:
-        with self.lock:
-            return step(self.state, self.settings)
+        return self.apply(step)
         yield  # pragma: no cover - a generator that yields nothing
 
     def read(self, look: Step[T], *, fresh: bool = False) -> Steps[T]:
+        return self.look(look)
+        yield  # pragma: no cover - a generator that yields nothing
+
+    def apply(
+        self,
+        step: Step[T],
+        *,
+        busy: Callable[[], T] | None = None,
+        later: Later | None = None,
+    ) -> T:
+        """:meth:`update` done at once (no I/O here): ``step`` under the lock, its result."""
+        with self.lock:
+            return step(self.state, self.settings)
+
+    def look(self, look: Step[T], *, fresh: bool = False) -> T:
+        """:meth:`read` done at once: ``look`` under the lock, its result."""
         with self.lock:
             return look(self.state, self.settings)
-        yield  # pragma: no cover - a generator that yields nothing
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         # lock-free, like note_success: on the healthy lane of every request (a lock cost a
