@@ -256,8 +256,23 @@ class Pacer:
         late: bool = False,
         fresh: bool = False,
     ) -> Tracker | None:
-        """The tracker of one request when scopes bind it, else ``None`` (see :meth:`binding`)."""
-        return run(self.binding(origin, request, route_of, scope=scope, late=late, fresh=fresh))
+        """
+        The tracker of one request when scopes bind it, else ``None`` (see :meth:`binding`).
+
+        A store in this process takes no round trip: the parts of :meth:`binding` run here
+        with no step to drive (the fast lane binds every request to an origin with scopes).
+        """
+        if self.shared:
+            return run(self.binding(origin, request, route_of, scope=scope, late=late, fresh=fresh))
+        routed = self._route(origin, request, route_of, scope, late)
+        if routed is None:
+            return None
+        book, route, given = routed
+        found = self._pairs(origin, book, route, given, late, None)
+        if found is None:
+            return None
+        book, pairs, tracker = found
+        return self._bound(book, tracker, route, pairs, given, not tracker.healthy(self.clock()))
 
     def binding(
         self,
@@ -283,6 +298,31 @@ class Pacer:
         in a copy at most the store's trust period old; else only in a copy it has (the fast
         lane's).
         """
+        routed = self._route(origin, request, route_of, scope, late)
+        if routed is None:
+            return None
+        book, route, given = routed
+        told = None
+        if self.shared and not late:
+            told = yield from self._told(origin, route, book, fresh)
+        found = self._pairs(origin, book, route, given, late, told)
+        if found is None:
+            return None
+        book, pairs, tracker = found
+        origin_bound = not (yield from stepwise(tracker).healthy(self.clock()))
+        return self._bound(book, tracker, route, pairs, given, origin_bound)
+
+    # The parts of a binding between its round trips (see binding): pure bookkeeping.
+
+    def _route(
+        self,
+        origin: str,
+        request: object,
+        route_of: Callable[[object], tuple[str, str]],
+        scope: ScopeFn | None,
+        late: bool,
+    ) -> tuple[OriginScopes | None, str, tuple[str, ...]] | None:
+        """A request's origin's scopes (if any), route and the scopes given; ``None``: unbound."""
         fn = scope if scope is not None else self.scope
         book = self._books.peek(origin)
         if book is None and fn is None and not late and not self.shared:
@@ -290,10 +330,22 @@ class Pacer:
         method, path = route_of(request)
         method = method.upper()
         given = names_of(fn(ScopeRequest(method, origin, path, request))) if fn and not late else ()
-        route = template(method, path)
-        told = None
-        if self.shared and not late:
-            told = yield from self._told(origin, route, book, fresh)
+        return book, template(method, path), given
+
+    def _pairs(
+        self,
+        origin: str,
+        book: OriginScopes | None,
+        route: str,
+        given: tuple[str, ...],
+        late: bool,
+        told: tuple[str, ...] | None,
+    ) -> tuple[OriginScopes, Pairs, Tracker] | None:
+        """
+        The scopes that bind a request on ``route``, and its origin's tracker; ``None``: none.
+
+        ``told``: the scopes another process learned on the route (a shared store).
+        """
         if book is None:
             if not (given or late or told):
                 return None
@@ -308,8 +360,18 @@ class Pacer:
                 pairs = tuple(dict(pairs).items())  # a scope given and learned counts once
             if not pairs:
                 return None
-        tracker = self._store.peek(origin) or self._store.tracker(origin)
-        origin_bound = not (yield from stepwise(tracker).healthy(self.clock()))
+        return book, pairs, self._store.peek(origin) or self._store.tracker(origin)
+
+    @staticmethod
+    def _bound(
+        book: OriginScopes,
+        tracker: Tracker,
+        route: str,
+        pairs: Pairs,
+        given: tuple[str, ...],
+        origin_bound: bool,
+    ) -> Tracker:
+        """The tracker of a request bound by ``pairs`` (``origin_bound``: its origin's too)."""
         if not given:  # the scopes the server named on this route: one Bound for them all
             return book.bound(tracker, route, pairs, origin_bound)
         return Bound(tracker, pairs, given=given, route=route, book=book, origin_bound=origin_bound)
