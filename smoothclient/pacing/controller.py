@@ -166,7 +166,12 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     before = pace.rate
     # over a whole EPOCH even on a young origin: what a first burst got through is no rate
     # (counted over less time, a burst of 5 read as 20 req/s and earned a storm of 429s)
-    nothing = before * 0.5 if before else 1 / EPOCH  # none delivered: under one an EPOCH
+    # none delivered: under one an EPOCH, or half the rate that got none through; not half
+    # of a guess, though: a process never answered with a success (all its requests
+    # turned away: a fleet's others held the limiter) measured nothing yet, and halving its
+    # one an EPOCH left it probing every two seconds after the others were done (a fleet
+    # of six against a concurrency limit: 2.4x the ideal)
+    nothing = before * 0.5 if before and o.latency is not None else 1 / EPOCH
     rate = delivered / EPOCH if delivered else nothing
     if delivered:
         o.delivered_rate = delivered / EPOCH

@@ -14,18 +14,35 @@ So on an origin that takes a while to serve any request (its quickest success to
 :data:`SERVED`), a throttle that comes back while other requests are in flight sets a window
 on the requests in flight, at most as many as the others were, and leaves the rate alone (the
 rate controller still keeps its record: :func:`~.controller.noted`).  Successes widen the
-window by one every window's worth (additive increase, as TCP's congestion window grows); a
-quiet spell without throttles drops it.  Admission (:mod:`.state`) holds a request while the
+window by one every window's worth (additive increase, as TCP's congestion window grows);
+a quiet spell without throttles drops it.  Admission (:mod:`.state`) holds a request while the
 window is full, and lets one go when the window has heard nothing for a few service times
 (counts a fleet's process never wrote back must not hold an origin for good).
 
-A concurrency limit never turns away a request that is alone: one that is, or one more
-throttle with the window already at one, shows a rate's limit.  The window goes then, and
-for a quiet spell every throttle is the rate controller's, which measures its cut knowing
-the throttles the window took.  So a rate limiter on a slow origin (a remote server, 60 ms a
-round trip) is paced as before, after a few throttles more.  How long a throttle took does
-not tell the two apart: a herd's own requests crowd the client, and its throttles came back
-as late as the server's successes.
+**Fleets that share nothing.**  The others of a fleet hold places this process cannot see: a
+process that lost the first wave had all its requests turned away, its count in flight fell
+to none while they came back, and the last of them was turned away "alone".  Read as a rate's
+limit (below), the process was paced at one request a second and slow-started from there: a
+fleet of three took 5x the ideal time.  A request turned away alone is a rate's limit only
+when its throttle took about as long as a success (at least half the quickest: a remote
+server's round trip); turned away at once, the others hold every place, and the window goes
+below one: one request every ``latency / window`` (the window's pace, on the GCRA mirror),
+halved by each such throttle (:data:`SHRINK`) down to :data:`LEAST`, while throttles of
+requests sent before the last cut change nothing (one cut per round trip, as TCP cuts once per
+window).  The first success there (a place came free: the others are done, or one finished)
+makes it a window of one again, and successes widen it from there.  Processes that hold places
+keep them (a place freed by an answer is taken again by the next request) and the others
+probe at their pace, so the limiter stays full while the fleet's work lasts.
+
+A process whose very first request was turned away knows no service time yet: the rate
+controller paces it (one a second) until its first success, which shows a slow origin; the
+window then takes over from that learned rate (one place, the rate dropped).
+
+A concurrency limit never turns away a request that is alone and slow to come back: one that
+is, or one more slow throttle with the window already at one, shows a rate's limit.  The window
+goes then, and for a quiet spell every throttle is the rate controller's, which measures its
+cut knowing the throttles the window took.  So a rate limiter on a slow origin (a remote
+server, 60 ms a round trip) is paced as before, after a few throttles more.
 
 Not on a shared store yet: the requests in flight it counts are each process's, written
 with its next step, so the others' counts lag the window they would have to fill (a fleet of
@@ -40,48 +57,137 @@ import math
 
 from .state import OriginState, Settings
 
-__all__ = ["SERVED", "crowded", "served"]
-# (its fields are OriginState's: latency, crowd_window, crowded_at, crowd_moved, lone_at)
+__all__ = ["LEAST", "SERVED", "SHRINK", "crowded", "served", "width"]
+# (its fields are OriginState's: latency, crowd_window, crowded_at, crowd_moved, lone_at, and
+# the GCRA mirror's rate while the window is below one)
 
 #: An origin whose quickest success took less than this (seconds) serves quickly: the rate
 #: controller's EPOCH holds many of its answers, and measures a concurrency limit's rate too.
 SERVED = 0.02
+#: The least window: a process that holds no place still sends one request every
+#: ``latency / LEAST`` (a second, at 100 ms a request), to find a place when one comes free.
+LEAST = 0.1
+#: A throttle that finds this process holding no place multiplies a window below one by this.
+SHRINK = 0.5
+
+
+def _below_one(o: OriginState) -> bool:
+    """Whether the window is below one: paced by the GCRA mirror (no learned rate, no quota)."""
+    return (
+        o.crowd_window != math.inf
+        and not o.learned
+        and o.pace.rate is not None
+        and o.avail is None
+        and bool(o.latency)
+    )
+
+
+def width(o: OriginState) -> float:
+    """The window: how many requests at a time (below one: a share of one; ``inf``: none)."""
+    if _below_one(o) and o.latency and o.pace.rate is not None:
+        return o.pace.rate * o.latency
+    return o.crowd_window
+
+
+def _set(o: OriginState, window: float, now: float) -> None:
+    """
+    Make the window ``window``.
+
+    Below one, admission's window is one and the GCRA mirror spaces the requests by
+    ``latency / window``, the next one interval from now (its first slot was free: a request
+    sent right after a cut came back turned away, and cut again).
+    """
+    pace = o.pace
+    if window >= 1 or not o.latency:
+        if _below_one(o):
+            pace.rate = None
+        o.crowd_window = max(1.0, window)
+        return
+    o.crowd_window = 1.0
+    pace.rate = window / o.latency
+    pace.burst = 1.0
+    pace.tat = max(pace.tat, now + pace.interval)
+
+
+def _take_over(o: OriginState, s: Settings, now: float) -> None:
+    """
+    The first success shows a slow origin paced by a rate learned from throttles alone.
+
+    A process whose first request was turned away (others of a fleet held every place) knew no
+    service time, and the rate controller paced it at a request a second: a concurrency
+    limit's share is a window (one place: this success's), not that rate.
+    """
+    if not o.learned or o.punishes or s.shared or now - o.lone_at <= s.quiet:
+        return
+    o.learned = False
+    o.pace.rate = None
+    o.cut = None
+    o.ceiling = math.inf
+    o.delivered_rate = o.penalty_from = 0.0
+    o.crowd_window = 1.0
+    o.crowded_at = o.crowd_moved = now
 
 
 def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
     """A success: the quickest yet?  And the window widened (or dropped after a quiet spell)."""
+    first = o.latency is None
     if sent_at is not None and now >= sent_at and (o.latency is None or now - sent_at < o.latency):
         o.latency = now - sent_at  # (the least: a crowded client only makes them take longer)
+    if first and o.latency is not None and o.latency >= SERVED:
+        _take_over(o, s, now)
     window = o.crowd_window
     if window == math.inf:
         return
     o.crowd_moved = now
     if now - o.crowded_at > s.quiet:
-        o.crowd_window = math.inf  # no crowd's throttle for a quiet spell: no longer a crowd
-    elif o.in_flight + o.waiting + 1 >= window:
-        o.crowd_window = window + 1 / window  # it was full: one more every window's worth
+        _set(o, math.inf, now)  # no crowd's throttle for a quiet spell: no longer a crowd
+    elif width(o) < 1:
+        _set(o, 1.0, now)  # a place came free, and this process holds it
+    elif o.in_flight + o.waiting + 2 > window:
+        # it was full (no place for one more besides this one's, now free): one more every
+        # window's worth (a window of 2.5 holds two: two in flight is full)
+        o.crowd_window = window + 1 / window
 
 
-def crowded(o: OriginState, s: Settings, now: float, counted: bool) -> bool:
+def crowded(
+    o: OriginState, s: Settings, now: float, counted: bool, sent_at: float | None = None
+) -> bool:
     """
     Whether a throttle is a concurrency limit's (its window then set); ``False``: the rate's.
 
     Called after the request stopped counting in flight: ``o.in_flight`` are the others.  A
     request not counted in flight (sent to a healthy origin, a herd's first wave) cannot tell
     how many others were: the window starts at one, and successes widen it.  A request turned
-    away while nobody else was in flight says the limit is a rate's (a concurrency limit
-    serves one request at least): the window goes, and none is set for a quiet spell.
+    away while nobody else was in flight, its throttle as slow as a success (``sent_at``
+    unknown: taken as slow), says the limit is a rate's (a concurrency limit serves one request
+    at least): the window goes, and none is set for a quiet spell.  Turned away at once, alone,
+    the others of a fleet hold every place: the window goes below one (see the module).
     """
     if s.shared or o.latency is None or o.latency < SERVED:
         return False  # (a shared store's counts are each process's, written when it can)
     others = o.in_flight
-    if counted and (not others or o.crowd_window <= 1):
+    now_width = width(o)
+    slow = sent_at is None or now - sent_at >= o.latency / 2
+    if counted and slow and (not others or now_width <= 1):
         # a lone request turned away, or one more with the window already at one (it can do
-        # no more): a rate's limit (a request not counted in flight tells neither)
-        o.crowd_window, o.lone_at = math.inf, now
+        # no more), as slow as a success: a rate's limit (a request not counted in flight
+        # tells neither)
+        _set(o, math.inf, now)
+        o.lone_at = now
         return False
     if now - o.lone_at <= s.quiet:
         return False
-    o.crowd_window = max(1.0, min(o.crowd_window, float(others)))
-    o.crowded_at = o.crowd_moved = now
+    fresh = sent_at is None or sent_at >= o.crowded_at  # sent after the last cut
+    if not counted:
+        window = min(now_width, 1.0)
+    elif others:
+        window = min(now_width, float(others))
+    elif fresh:
+        window = max(LEAST, SHRINK * min(now_width, 1.0))  # the others hold every place
+    else:
+        window = min(now_width, 1.0)  # this round's cut is taken
+    _set(o, window, now)
+    if fresh:
+        o.crowded_at = now
+    o.crowd_moved = now
     return True

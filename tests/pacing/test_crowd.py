@@ -55,7 +55,7 @@ def test_a_lone_request_turned_away_is_a_rate_limit_for_a_quiet_spell() -> None:
 def test_a_throttle_with_the_window_at_one_hands_over_to_the_rate() -> None:
     o = slow(in_flight=2)  # this request and one more: the window let two out
     o.crowd_window = 1.0
-    learning.observe(o, S, 429, Hints(), 10.0, sent_at=9.99, counted=True)
+    learning.observe(o, S, 429, Hints(), 10.0, sent_at=9.9, counted=True)  # as slow as a success
     assert o.crowd_window == math.inf
     assert o.lone_at == 10.0
 
@@ -92,6 +92,10 @@ def test_successes_keep_the_quickest_time_and_widen_a_full_window() -> None:
     o.in_flight = 1
     crowd.served(o, S, 3.7, sent_at=3.6)
     assert o.crowd_window == 4.25  # not full: no evidence it could take more
+    o.crowd_window, o.in_flight = 2.5, 1  # a window of 2.5 holds two: full with this one
+    crowd.served(o, S, 3.8, sent_at=3.7)
+    assert o.crowd_window == 2.9
+    o.crowd_window = 4.25
     crowd.served(o, S, 3.0 + S.quiet + 1, sent_at=3.0 + S.quiet + 0.9)
     assert o.crowd_window == math.inf  # no crowd's throttle for a quiet spell
 
@@ -129,3 +133,86 @@ def test_a_shared_store_keeps_the_rate_controller() -> None:
     o = slow(in_flight=5)
     assert not crowd.crowded(o, st.Settings(probe=0, shared=True), 1.0, counted=True)
     assert o.crowd_window == math.inf
+
+
+# ---------------------------------------------------------------- fleets that share nothing
+
+
+def test_a_lone_request_turned_away_at_once_is_a_fleets_not_a_rate() -> None:
+    """
+    A fleet's others hold every place: this process's requests all came back turned away.
+
+    Its count in flight fell to none while they came back, so the last was turned away
+    "alone"; at once, though (3 ms, against 100 ms a success), as a full limiter turns away:
+    the window goes below one (half a place: one request every 200 ms), not to the rate
+    controller (one a second, then a slow start: a fleet of three took 5x the ideal).
+    """
+    o = slow(in_flight=0)
+    assert crowd.crowded(o, S, 1.0, counted=True, sent_at=0.997)
+    assert crowd.width(o) == 0.5
+    assert o.crowd_window == 1.0  # admission's window: one at a time ...
+    assert o.pace.rate == 5.0  # ... one every latency / window
+    assert not o.learned
+    assert o.lone_at < 0  # no rate's limit shown
+
+
+def test_a_lone_throttle_as_slow_as_a_success_is_a_rate_limit() -> None:
+    """A remote rate limiter: a throttle takes the round trip a success takes."""
+    o = slow(in_flight=0)
+    assert not crowd.crowded(o, S, 1.0, counted=True, sent_at=0.94)
+    assert o.crowd_window == math.inf
+    assert o.lone_at == 1.0
+
+
+def test_a_window_below_one_is_cut_once_a_round_down_to_the_least() -> None:
+    o = slow(in_flight=0)
+    assert crowd.crowded(o, S, 1.0, counted=True, sent_at=0.997)
+    # the herd's others, sent with it before the cut: nothing more
+    for _ in range(5):
+        assert crowd.crowded(o, S, 1.001, counted=True, sent_at=0.997)
+    assert crowd.width(o) == 0.5
+    # each request sent after a cut and turned away halves it, down to LEAST
+    now = 1.2
+    for expected in (0.25, 0.125, crowd.LEAST, crowd.LEAST):
+        assert crowd.crowded(o, S, now, counted=True, sent_at=now - 0.003)
+        assert math.isclose(crowd.width(o), expected)
+        now += 1.0
+
+
+def test_below_one_the_next_request_waits_its_interval() -> None:
+    """Not sent at once into the full limiter that turned the last one away."""
+    o = slow(in_flight=0)
+    assert crowd.crowded(o, S, 10.0, counted=True, sent_at=9.997)
+    admission = adm.acquire(o, S, 10.0, 10.0, None)
+    assert admission.final
+    assert math.isclose(admission.delay, 0.2)  # latency / window: 0.1 / 0.5
+
+
+def test_a_success_below_one_holds_a_place_again() -> None:
+    """A place came free (the others are done): one at a time, and successes widen it."""
+    o = slow(in_flight=0)
+    assert crowd.crowded(o, S, 10.0, counted=True, sent_at=9.997)
+    crowd.served(o, S, 10.3, sent_at=10.2)
+    assert crowd.width(o) == 1.0
+    assert o.pace.rate is None
+    crowd.served(o, S, 10.4, sent_at=10.3)
+    assert o.crowd_window == 2.0
+
+
+def test_a_rate_learned_before_the_first_success_gives_way_to_the_window() -> None:
+    """
+    A process whose first request was turned away knew no service time: the rate
+    controller paced it at a request a second.  Its first success shows a slow origin:
+    one place, not that rate.
+    """
+    o = st.OriginState(known=True)
+    o.learned, o.pace.rate, o.last_throttle = True, 1.0, 1.9
+    learning.observe(o, S, 200, Hints(), 2.1, sent_at=2.0, counted=True)
+    assert not o.learned
+    assert o.pace.rate is None
+    assert o.crowd_window == 2.0  # its place, and this success's full window widened
+    # not on a quickly served origin (a rate limiter's)
+    quick = st.OriginState(known=True)
+    quick.learned, quick.pace.rate, quick.last_throttle = True, 1.0, 1.9
+    learning.observe(quick, S, 200, Hints(), 2.01, sent_at=2.0, counted=True)
+    assert quick.learned

@@ -269,6 +269,7 @@ def test_a_cut_that_measured_nothing_sets_no_ceiling() -> None:
     o.first_seen = 0.0
     for _ in range(controller.YOUNG_EVIDENCE):
         learning.observe(o, s, 429, Hints(), 0.01, sent_at=0.0, counted=False)
+    o.latency = 0.002  # (answered with a success once: see the next test)
     learning.observe(o, s, 429, Hints(), 2.0, sent_at=1.99, counted=False)
     assert o.pace.rate == s.learned_floor
     now = 2.0
@@ -277,6 +278,21 @@ def test_a_cut_that_measured_nothing_sets_no_ceiling() -> None:
         learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.01, counted=False)
     assert o.pace.rate is not None
     assert o.pace.rate >= s.learned_floor + 6 * 0.5
+
+
+def test_a_process_never_served_keeps_probing_an_epoch_apart() -> None:
+    """
+    All its requests turned away: its one request an EPOCH is a guess, not halved.
+
+    A fleet's others held the limiter (six processes against a concurrency limit of five:
+    the one whose first request was turned away).  Halved, its next probe went two seconds
+    on, after the others were done: 2.4x the ideal in virtual time, 1.4x without.
+    """
+    o, s = _at_the_floor()
+    learning.observe(o, s, 429, Hints(), 1.02, sent_at=1.01, counted=False)
+    assert o.pace.rate == 1 / controller.EPOCH
+    learning.observe(o, s, 429, Hints(), 2.02, sent_at=2.01, counted=False)
+    assert o.pace.rate == 1 / controller.EPOCH
 
 
 def test_a_ceiling_no_throttle_confirms_for_an_epoch_is_refuted() -> None:
