@@ -113,13 +113,16 @@ class CohortView:
     ``waiting`` requests (this one included) wait on the origin, which admits
     ``admitted_rate`` req/s (``None`` when unknown) and is closed for ``opens_in`` more seconds.
     ``paced`` means the pacer gives each request its own slot at the admitted rate: the core then
-    asks for the window's start and lets the pacer spread the cohort exactly.
+    asks for the window's start and lets the pacer spread the cohort exactly.  ``failing`` is
+    the share of the origin's answers in the last second that were failures (5xx, refused
+    connections, timeouts; 0 on too little evidence): see :data:`EPISODE_SHARE`.
     """
 
     waiting: int = 1
     admitted_rate: float | None = None
     opens_in: float = 0.0
     paced: bool = False
+    failing: float = 0.0
 
     @property
     def width(self) -> float:
@@ -127,6 +130,16 @@ class CohortView:
         if not self.admitted_rate or self.admitted_rate <= 0:
             return 0.0
         return self.waiting / self.admitted_rate
+
+
+#: An origin failing at least this share of its answers (see :attr:`CohortView.failing`) is in
+#: an episode (a brownout, a deploy, a bad node), and a failure's retries spread over the time
+#: the call has left.  Failures in an episode are correlated in time: drawn within the next
+#: second (exponential backoff from 100 ms), all of a call's attempts fell in the same
+#: brownout, and a fleet failed half again as many calls as peers whose fixed backoff happened
+#: to reach past it (``benchmarks/outage.py``'s brownout).  Below it (a healthy origin's odd
+#: 5xx), retries stay quick.
+EPISODE_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,7 +281,13 @@ def decide(
         return shift
     view = cohort or CohortView()
     window = _window(policy, state, shift, view)
-    return _fit_deadline(policy, state, why, window, now, rng, paced=view.paced)
+    spread = view.failing >= EPISODE_SHARE and shift == (0.0, 0.0) and _failure(outcome)
+    return _fit_deadline(policy, state, why, window, now, rng, paced=view.paced, spread=spread)
+
+
+def _failure(outcome: Outcome) -> bool:
+    """Whether an outcome is the origin failing (a 5xx, an error), not a throttle or refusal."""
+    return outcome.error is not None or (outcome.status is not None and outcome.status >= 500)
 
 
 def _window(
@@ -304,7 +323,16 @@ def _fit_deadline(
     rng: random.Random,
     *,
     paced: bool,
+    spread: bool = False,
 ) -> Decision:
+    """
+    The window cut to the deadline, and a delay drawn from it.
+
+    ``spread`` (the origin fails a large share of its answers, see :data:`EPISODE_SHARE`): the
+    window reaches at least to the time left over the attempts left (within ``wait_max`` and
+    ``max_retry_after``, the caps of any wait), so the call's remaining attempts spread over
+    what is left of its deadline instead of its next second.
+    """
     start, end = window
     if policy.timeout is not None:
         deadline = state.started + policy.timeout
@@ -313,6 +341,13 @@ def _fit_deadline(
             left = math.nextafter(left, 0.0)
         if start > left:
             return GiveUp(f"{why}: the next try at {start:.3g} s would pass the deadline")
+        if spread:
+            attempts_left = max(1, policy.attempts - state.attempt)
+            spread_to = min(start + (left - start) / attempts_left, policy.wait_max)
+            if policy.max_retry_after is not None:  # (the caps of any wait: see _window)
+                spread_to = min(spread_to, policy.max_retry_after)
+            end = max(end, spread_to)
+            paced = False  # (a draw of its own: the episode, not the cohort, sets the window)
         end = min(end, left)
     delay = start if paced else uniform(start, end, rng)
     return Retry(delay, why, (start, end))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..engine.decide import CohortView
-from .outage import taken
+from .outage import failing_share, taken
 from .state import (
     EARLY_MAX,
     EARLY_MISSES,
@@ -326,6 +326,7 @@ def cohort(o: OriginState, now: float) -> CohortView:
         paced=o.pace.rate is not None
         or (o.kind == "window" and o.avail is not None)
         or o.crowd_window != INF,
+        failing=failing_share(o, now),
     )
 
 

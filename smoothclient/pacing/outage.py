@@ -48,6 +48,7 @@ __all__ = [
     "answered",
     "down_for",
     "failed",
+    "failing_share",
     "is_failure",
     "settled",
     "taken",
@@ -77,6 +78,8 @@ FLIGHT_GAIN = 2.0
 MIN_FLIGHT = 4.0
 #: Each answer moves the smoothed time answers take by this share of the difference.
 SMOOTHING = 0.25
+#: Failures (a second's, decayed) below which :func:`failing_share` says nothing.
+EPISODE_EVIDENCE = 4.0
 #: Statuses that say the origin failed the request (not a rate limit, not the client's fault).
 FAILURE_STATUSES = frozenset({500, 502, 503, 504})
 _GOLDEN = 0.6180339887498949
@@ -91,6 +94,20 @@ def _jittered(gap: float, now: float) -> float:
     """``gap`` scaled into [0.5, 1] by a value drawn from ``now`` (pure; no RNG to inject)."""
     draw = math.modf(abs(now) * 1000.0 * _GOLDEN)[0]
     return gap * (0.5 + 0.5 * draw)
+
+
+def failing_share(o: OriginState, now: float) -> float:
+    """
+    The share of the origin's answers in the last second that were failures.
+
+    0 on fewer than :data:`EPISODE_EVIDENCE` failures: a client's one unlucky answer is no
+    episode, and one failure in two answers of a quiet client says nothing of the origin.
+    """
+    fails = o.failing * math.exp(min(0.0, o.failing_at - now))
+    if fails < EPISODE_EVIDENCE:
+        return 0.0
+    ok = len(o.successes) - bisect.bisect_left(o.successes, now - 1.0)
+    return fails / (fails + ok)
 
 
 def down_for(now: float) -> Callable[[OriginState], float | None]:

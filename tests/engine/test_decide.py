@@ -273,3 +273,64 @@ def test_never_exceeds_caps_or_deadline(
     assert d.delay <= 300
     assert d.delay <= (retry_after or 0) + policy.wait_max
     assert d.delay <= 60 - elapsed
+
+
+EPISODE = CohortView(failing=0.5)  # an origin failing half its answers: a brownout
+
+
+def test_an_origins_episode_spreads_the_retries_over_the_time_left() -> None:
+    """Half the answers failing: the 3 attempts left spread over the 10 s left, not 100 ms."""
+    policy = RetryPolicy(attempts=4, timeout=10.0)
+    d = run(Outcome.from_status(503), policy=policy, state=CallState(started=0.0), cohort=EPISODE)
+    assert isinstance(d, Retry)
+    assert d.window == pytest.approx((0.0, 10.0 / 3))
+    later = run(
+        Outcome.from_error("connect", sent=False),
+        policy=policy,
+        state=CallState(started=0.0, attempt=3),
+        now=4.0,
+        cohort=EPISODE,
+    )
+    assert isinstance(later, Retry)
+    assert later.window == pytest.approx((0.0, 6.0))  # the last attempt: anywhere in what is left
+
+
+@pytest.mark.parametrize(
+    ("outcome", "cohort"),
+    [
+        (Outcome.from_status(503), CohortView(failing=0.1)),  # a healthy origin's odd 5xx
+        (Outcome.from_status(503), CohortView()),  # nothing known
+        (Outcome.from_status(429), EPISODE),  # a throttle: the pacer's business
+        (Outcome.from_status(503, Hints(retry_after=2.0)), EPISODE),  # the server said when
+    ],
+)
+def test_without_an_episode_or_with_a_servers_word_retries_stay_quick(
+    outcome: Outcome, cohort: CohortView
+) -> None:
+    policy = RetryPolicy(attempts=4, timeout=10.0)
+    d = run(outcome, policy=policy, cohort=cohort)
+    assert isinstance(d, Retry)
+    assert (
+        d.window[1] - d.window[0] <= 0.1 + 1e-9
+    )  # the backoff's own width (after any Retry-After)
+
+
+def test_no_deadline_no_spread() -> None:
+    """With no deadline there is no time left to spread over: the backoff's own window."""
+    d = run(Outcome.from_status(503), policy=RetryPolicy(timeout=None), cohort=EPISODE)
+    assert isinstance(d, Retry)
+    assert d.window == (0.0, 0.1)
+
+
+def test_an_episodes_spread_never_passes_wait_max() -> None:
+    policy = RetryPolicy(attempts=3, timeout=60.0, wait_max=2.0)
+    d = run(Outcome.from_status(503), policy=policy, cohort=EPISODE)
+    assert isinstance(d, Retry)
+    assert d.window == (0.0, 2.0)
+
+
+def test_an_episodes_spread_never_passes_max_retry_after() -> None:
+    policy = RetryPolicy(attempts=3, timeout=60.0, max_retry_after=1.5)
+    d = run(Outcome.from_status(503), policy=policy, cohort=EPISODE)
+    assert isinstance(d, Retry)
+    assert d.window == (0.0, 1.5)

@@ -8,7 +8,7 @@ import pytest
 
 from smoothclient.hints import Hints
 from smoothclient.pacing import learning, outage
-from smoothclient.pacing.admission import acquire, healthy, try_now, view
+from smoothclient.pacing.admission import acquire, cohort, healthy, try_now, view
 from smoothclient.pacing.codec import dump, load
 from smoothclient.pacing.outage import DOWN_AFTER, MAX_PROBE_GAP, failed
 from smoothclient.pacing.state import OriginState, Settings
@@ -398,3 +398,19 @@ def test_a_call_without_a_deadline_gives_up_on_a_spent_budget() -> None:
     status, sleeps = _spent_budget_call(timeout=None)
     assert status == 503
     assert not sleeps
+
+
+def test_the_failing_share_needs_a_few_failures_and_fades() -> None:
+    """One failure in two answers says nothing; a brownout's half does; a second later, less."""
+    o = OriginState()
+    t = _served(o, 20, 1.0)
+    _fail(o, t)
+    assert outage.failing_share(o, t) == 0.0  # one failure: no episode
+    for i in range(1, 20):
+        _fail(o, t + i * 0.05)
+        learning.observe(o, S, 200, Hints(), t + i * 0.05, sent_at=t + i * 0.05, counted=False)
+    now = t + 1.0
+    share = outage.failing_share(o, now)
+    assert 0.3 < share < 0.7
+    assert outage.failing_share(o, now + 2.0) == 0.0  # faded below the evidence
+    assert cohort(o, now).failing == share
