@@ -20,6 +20,7 @@ attempt the client's own timeout allows (docs/clients.md).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 import random
@@ -48,6 +49,7 @@ __all__ = ["SDK_RETRY_COUNT", "AsyncEdge", "Family", "SyncEdge"]
 #: this request is (``0`` on the first try).
 SDK_RETRY_COUNT = "x-stainless-retry-count"
 _SECOND = operator.itemgetter(1)
+_THIRD = operator.itemgetter(2)
 _LOWER_AND_VALUE = operator.itemgetter(1, 2)
 _WRONG_CLIENT = "{0} needs {1} (this transport is for the other kind of client)"
 
@@ -72,12 +74,16 @@ S = TypeVar("S", bound=_Sends)
 A = TypeVar("A", bound=_SendsAsync)
 
 
-def _names(headers: Any) -> list[bytes]:
-    return list(map(_SECOND, headers._list))
+def _names(headers: Any) -> tuple[bytes, ...]:
+    return tuple(map(_SECOND, headers._list))
 
 
 def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
     return map(_LOWER_AND_VALUE, headers._list)
+
+
+def _values(headers: Any) -> list[bytes]:
+    return list(map(_THIRD, headers._list))
 
 
 class Family:
@@ -122,7 +128,9 @@ class Family:
             sample = self.lib.Headers({"X-A": "b"})._list
         except AttributeError:  # pragma: no cover - a future httpx
             return GENERIC
-        return FieldAccess(_names, _pairs) if sample == [(b"X-A", b"x-a", b"b")] else GENERIC
+        if sample != [(b"X-A", b"x-a", b"b")]:
+            return GENERIC
+        return FieldAccess(_names, _pairs, values=_values)
 
     def failure(self, exc: Exception) -> Failure | None:
         """Classify a transport error; ``None`` for anything else (re-raised)."""
@@ -320,7 +328,7 @@ class _Edge(Edge, Generic[T]):
         self._cost = None if cost is None else CallCost(cost)
         access = fam.access
         if self._cost is not None:
-            access = FieldAccess(access.names, access.pairs, self._cost.per_call)
+            access = dataclasses.replace(access, per_call=self._cost.per_call)
         self._core = EdgeCore(policy, pacer, rng, access, _route, scope, policy_fields, overrides)
         if transport is None:
             transport = fam.lib.HTTPTransport() if self._sync else fam.lib.AsyncHTTPTransport()

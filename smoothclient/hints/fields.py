@@ -15,7 +15,7 @@ knows httpx or requests.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,10 @@ class FieldAccess:
     names: Callable[[Any], Collection[object]]
     pairs: Callable[[Any], Iterable[tuple[object, object]]]
     per_call: Callable[[], float | None] | None = None
+    #: The values in the order of ``names`` (a sequence), for a container that keeps them
+    #: so: the fields are then read by the places of their names, found once per list of
+    #: names (a server sends the same list every time; see :func:`collect`).
+    values: Callable[[Any], Sequence[object]] | None = None
 
 
 def _generic_pairs(headers: Any) -> Iterable[tuple[object, object]]:
@@ -191,9 +195,60 @@ _UNSEEN = "\0"  # a name not learned yet (no field is called that)
 scan = _KNOWN.scan
 
 
-def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]:
-    """The fields hints are read from (relevant names, ``Date``, ``Age``), lowercased."""
-    fields: dict[str, list[str]] = {}
+#: A list of names -> where the fields read are in it: ``(place, field)`` pairs (see
+#: :func:`collect`).  At most MAX_PLANS lists, all forgotten at once when full (a server
+#: sends a few; the clear is atomic).
+_PLANS: dict[tuple[object, ...], tuple[tuple[int, str], ...]] = {}
+MAX_PLANS = 256
+#: Lists of more names are planned each time, not remembered.
+MAX_PLANNED = 64
+
+
+def _plan(names: tuple[object, ...]) -> tuple[tuple[int, str], ...]:
+    """Where the fields hints are read from are in ``names``, and which field each is."""
+    known, learn = _KNOWN.fields, _KNOWN.learn
+    plan = []
+    for place, name in enumerate(names):
+        key = known.get(name, _UNSEEN)
+        if key is _UNSEEN:
+            key = learn(name)
+        if key is not None:
+            plan.append((place, key))
+    found = tuple(plan)
+    if len(names) <= MAX_PLANNED and not any(map(_too_long, names)):  # bounded memory
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[names] = found
+    return found
+
+
+#: What :func:`collect` reads: ``(place, field)`` pairs, and the values the places are in.
+_Read = tuple[tuple[tuple[int, str], ...], Sequence[object]]
+
+
+def _placed(headers: Any, access: FieldAccess) -> _Read | None:
+    """
+    The fields read, by the places of their names in the container (``access.values``).
+
+    ``None``: the container gives no values by place, or names that are not all hashable.
+    """
+    values_of = access.values
+    if values_of is None:
+        return None
+    names = tuple(access.names(headers))
+    try:
+        plan = _PLANS.get(names)
+        if plan is None:
+            plan = _plan(names)
+    except TypeError:  # an unhashable name
+        return None
+    return plan, values_of(headers)
+
+
+def _listed(headers: Any, access: FieldAccess) -> _Read:
+    """The fields read, each name of ``access.pairs`` looked at in turn (their values kept)."""
+    plan: list[tuple[int, str]] = []
+    values: list[object] = []
     known, learn = _KNOWN.fields, _KNOWN.learn
     for name, value in access.pairs(headers):
         try:
@@ -202,9 +257,25 @@ def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]
             key = _UNSEEN
         if key is _UNSEEN:
             key = learn(name)
-        if key is None:
-            continue
-        value_text = text(value)
+        if key is not None:
+            plan.append((len(values), key))
+            values.append(value)
+    return tuple(plan), values
+
+
+def collect(headers: Any, access: FieldAccess = GENERIC) -> dict[str, list[str]]:
+    """
+    The fields hints are read from (relevant names, ``Date``, ``Age``), lowercased.
+
+    A container whose access gives its values by place (:attr:`FieldAccess.values`) is read
+    by the places of those fields in its list of names, found once per list: a response's
+    other fields are not looked at one by one.
+    """
+    fields: dict[str, list[str]] = {}
+    plan, values = _placed(headers, access) or _listed(headers, access)
+    for place, key in plan:
+        value = values[place]
+        value_text = value.decode("latin-1") if type(value) is bytes else text(value)
         if len(value_text) > MAX_VALUE:
             log.debug("ignoring %s: its value is over %d characters", key, MAX_VALUE)
             continue
