@@ -10,12 +10,23 @@ Scenarios (from the transports issue):
 
 "extra 429s per call" counts 429 responses beyond the unavoidable first wave
 (clients - burst), divided by the number of calls.  Run: python benchmarks/herd.py [--quick]
+
+``--load 500,1000 [--runs 3]`` (issue 37's load target): N asyncio tasks at once, one GET
+each through one AsyncSmoothTransport, on an in-memory pacer and on a Redis pacer (a local
+redis-server, flushed before each run), against a server of 100 req/s and a bucket of 20 in
+a child process (its threads off this process's GIL); the runs interleaved (memory, Redis,
+memory, ...), a table of every run and one of medians.  Also counted: the requests sent in
+each 100 ms after the first 429 (a 429 storm is a burst into a spent bucket).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -316,11 +327,168 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- load (issue 37)
+
+LOAD_RATE, LOAD_BURST = 100.0, 20
+
+
+def serve(rate: float, burst: float) -> None:
+    """The load runs' server, as a child: prints its URL; ``RESET`` / ``LOG`` on stdin."""
+    with LimitedServer(rate, burst) as server:
+        print(server.url, flush=True)
+        for line in sys.stdin:
+            if line.strip() == "RESET":
+                server.reset()
+                print("OK", flush=True)
+            elif line.strip() == "LOG":
+                with server._log_lock:
+                    log = [[a.at, a.status] for a in server.log]
+                print(json.dumps(log), flush=True)
+
+
+@dataclass
+class LoadRow:
+    store: str
+    tasks: int
+    sent: int
+    n429: int
+    failures: int
+    elapsed: float
+    worst_100ms: int  # the most requests the server saw in any 100 ms once its bucket was spent
+
+    def cells(self) -> list[str]:
+        return [
+            self.store,
+            str(self.tasks),
+            str(self.sent),
+            str(self.n429),
+            str(self.failures),
+            f"{self.elapsed:.2f}",
+            str(self.worst_100ms),
+        ]
+
+
+LOAD_HEADER = ["store", "tasks", "sent", "429s", "fail", "time s", "worst 100 ms"]
+
+
+def _ask(child: subprocess.Popen[str], command: str) -> str:
+    assert child.stdin is not None
+    assert child.stdout is not None
+    child.stdin.write(command + "\n")
+    child.stdin.flush()
+    return child.stdout.readline()
+
+
+async def _load(url: str, pacer: smoothclient.Pacer, tasks: int) -> tuple[int, float]:
+    policy = smoothclient.RetryPolicy(attempts=ATTEMPTS, timeout=120)
+    transport = smoothclient.AsyncSmoothTransport(policy=policy, pacer=pacer)
+    failures = 0
+    async with httpx.AsyncClient(transport=transport, timeout=60) as client:
+        start = time.monotonic()
+
+        async def one() -> None:
+            nonlocal failures
+            try:
+                ok = (await client.get(url + "/work")).status_code == 200
+            except Exception:
+                ok = False
+            failures += not ok
+
+        await asyncio.gather(*(one() for _ in range(tasks)))
+        return failures, time.monotonic() - start
+
+
+def _worst_window(log: list[list[float]], width: float = 0.1) -> int:
+    """The most arrivals in any ``width`` s after the first 429 (the bucket spent)."""
+    first = next((at for at, status in log if status == 429), None)
+    if first is None:
+        return 0
+    times = sorted(at for at, _ in log if at >= first)
+    worst, lo = 0, 0
+    for hi, at in enumerate(times):
+        while times[lo] < at - width:
+            lo += 1
+        worst = max(worst, hi - lo + 1)
+    return worst
+
+
+def run_load(sizes: list[int], runs: int) -> list[LoadRow]:
+    import redis
+
+    from smoothclient.tools.redis_server import RedisServer
+
+    rows: list[LoadRow] = []
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(LOAD_RATE), str(LOAD_BURST)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        url = child.stdout.readline().strip()
+        with RedisServer() as server, redis.Redis.from_url(server.url) as admin:
+            for _ in range(runs):
+                for tasks in sizes:
+                    for store in ("memory", "redis"):
+                        admin.flushall()
+                        _ask(child, "RESET")
+                        storage = server.url if store == "redis" else "memory://"
+                        pacer = smoothclient.Pacer(storage=storage)
+                        failures, elapsed = asyncio.run(_load(url, pacer, tasks))
+                        log = json.loads(_ask(child, "LOG"))
+                        row = LoadRow(
+                            store,
+                            tasks,
+                            len(log),
+                            sum(1 for _, status in log if status == 429),
+                            failures,
+                            elapsed,
+                            _worst_window(log),
+                        )
+                        rows.append(row)
+                        print(" | ".join(row.cells()), flush=True)
+    finally:
+        child.kill()
+        child.wait()
+    return rows
+
+
+def load_tables(rows: list[LoadRow]) -> str:
+    lines = ["| " + " | ".join(LOAD_HEADER) + " |", "|" + "---|" * len(LOAD_HEADER)]
+    lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
+    lines += ["", "Medians:", "", "| store | tasks | runs | 429s | sent | fail | worst 100 ms |"]
+    lines.append("|" + "---|" * 7)
+    groups: dict[tuple[str, int], list[LoadRow]] = {}
+    for r in rows:
+        groups.setdefault((r.store, r.tasks), []).append(r)
+    for (store, tasks), group in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        med = [
+            statistics.median(getattr(r, f) for r in group)
+            for f in ("n429", "sent", "failures", "worst_100ms")
+        ]
+        n429 = sorted(r.n429 for r in group)
+        lines.append(
+            f"| {store} | {tasks} | {len(group)} | {med[0]:g} ({n429[0]}-{n429[-1]}) | "
+            f"{med[1]:g} | {med[2]:g} | {med[3]:g} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     parser.add_argument("--quick", action="store_true", help="only the first scenario")
+    parser.add_argument("--load", help="issue 37's load runs: task counts, e.g. 500,1000")
+    parser.add_argument("--runs", type=int, default=3, help="load runs of each cell")
+    parser.add_argument("--serve", nargs=2, type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    print(table(run_all(args.quick)))
+    if args.serve:
+        serve(*args.serve)
+    elif args.load:
+        sizes = [int(n) for n in args.load.split(",")]
+        print(load_tables(run_load(sizes, args.runs)))
+    else:
+        print(table(run_all(args.quick)))
 
 
 if __name__ == "__main__":
