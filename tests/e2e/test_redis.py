@@ -1054,3 +1054,80 @@ def test_a_processs_waiters_queue_in_its_own_memory(server: RedisServer) -> None
         stored = admin.hget(redis_key(ORIGIN), "s")
     assert stored is not None
     assert "queue" not in json.loads(stored)
+
+
+PACED = Hints(remaining=0, limit=1000, window=10, reset_after=10)  # a bucket of 100 req/s, spent
+
+
+def test_an_outage_hands_the_copy_over_to_memory_once(server: RedisServer) -> None:
+    """
+    The slots this process's memory granted in an outage stay taken when Redis fails again.
+
+    Every failed trip of a key handed the copy (as Redis held it before the outage) over to
+    the fallback again: a herd's trips in flight when Redis went, a probe after each pause.
+    The fallback forgot the slots it had granted and granted them again: a burst into a
+    spent quota.
+    """
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
+    tracker.observe(200, PACED, pacer.clock())
+    server.kill()
+    slots: list[float] = []
+    for _ in range(6):
+        now = pacer.clock()
+        admission = tracker.acquire(now, deadline=now + 5)
+        assert admission.final
+        slots.append(now + admission.delay)
+        tracker.cancel()
+        assert not cell.link.up  # each step went to memory
+        cell.link.down_until = 0.0  # the pause over: the next step asks Redis (and fails)
+    assert cell.link.failures == 6
+    gaps = [b - a for a, b in itertools.pairwise(sorted(slots))]
+    assert min(gaps) >= 0.01 - 0.002  # 100 req/s: no slot granted twice
+
+
+def test_a_trip_timed_out_on_a_starved_loop_is_load_not_an_outage(server: RedisServer) -> None:
+    """
+    A round trip that outlives its bound because this process's loop ran late: load.
+
+    Redis silent (``CLIENT PAUSE``) while the loop is busy past the trip's bound: whether
+    Redis would have answered in time is unknown, and a thousand tasks on one loop starve it
+    so all the time.  Taken for an outage, the store paced from memory: slots Redis never
+    heard of, granted again when it was back (a herd of 1,000 tasks sent 82-145 429s where
+    the in-memory pacer sent 5-9).  Now the step takes nothing (ask again), nothing is
+    handed to memory, and Redis is asked at once next time.  Silent for longer than
+    ``STARVED_FOR``: an outage all the same.
+    """
+    import asyncio
+
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
+
+    async def starved() -> Any:
+        await run_async(tracker.steps.observe(200, PACED, pacer.clock()))  # (the loop's client)
+
+        async def busy_loop() -> None:
+            await asyncio.sleep(0.01)  # the step's trip is out
+            ends = time.monotonic() + 0.2  # the loop busy four times the trip's bound
+            while time.monotonic() < ends:
+                pass
+
+        with redis.Redis.from_url(server.url) as admin:
+            admin.execute_command("CLIENT", "PAUSE", 400, "ALL")
+            hog = asyncio.create_task(busy_loop())
+            now = pacer.clock()
+            admission = await run_async(tracker.steps.acquire(now, deadline=now + 5))
+            await hog
+            admin.execute_command("CLIENT", "UNPAUSE")
+        return admission
+
+    admission = asyncio.run(starved())
+    assert cell.link.failures == 0  # no outage noted
+    assert cell.link.up  # the next step goes to Redis
+    assert not admission.final  # asked again: no slot taken that Redis never heard of
+    assert not cell.away  # nothing handed to memory
+    assert KeyTracker(cell.fallback).view(pacer.clock()).waiting == 0

@@ -36,7 +36,16 @@ from .clients import Lazy, async_like, clients_for
 from .nodes import MAX_PAUSE, Nodes, node_of, pause
 from .scripts import LOST, READ, SAVE, AsyncClusterScript, AsyncScript, ClusterScript, Script, named
 
-__all__ = ["CLOCK_READINGS", "MAX_PAUSE", "TIMEOUT", "Link", "LoopClients", "connect"]
+__all__ = [
+    "CLOCK_READINGS",
+    "MAX_PAUSE",
+    "STARVED_FOR",
+    "TIMEOUT",
+    "Link",
+    "LoopClients",
+    "Starved",
+    "connect",
+]
 
 log = logging.getLogger("smoothclient.pacing")
 T = TypeVar("T")
@@ -52,6 +61,30 @@ QUIET_WARNINGS = 10.0
 
 class _Down(Exception):
     """Redis is not to be asked now (down, or a step ran out of time)."""
+
+
+class _Busy(_Down):
+    """
+    A round trip failed for load, not an outage (see :func:`busy`): Redis is still up.
+
+    The step is not taken in this process's memory (a slot granted there is one Redis never
+    hears of: another process, or this one a moment later, grants it again); it is answered
+    as a store busy with others' writes (:meth:`~.tracker.RedisCell.update`).
+    """
+
+
+class Starved(TimeoutError):
+    """
+    A round trip timed out on an event loop that ran its timer late by more than the bound.
+
+    The loop, not Redis, was slow (a thousand tasks on one loop, a loaded host): whether Redis
+    answered in time is unknown, so it is load (for at most :data:`STARVED_FOR`), not an outage.
+    """
+
+
+#: Round trips timing out on a starved loop are load for at most this long (seconds) without
+#: an answer from Redis; then an outage (a Redis that hangs on a busy loop is still found out).
+STARVED_FOR = 1.0
 
 
 def _is_cluster(client: Any) -> bool:
@@ -103,21 +136,23 @@ async def _within(awaitable: Awaitable[T], timeout: float) -> T:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    state = [False, False]  # finished, expired
+    state = [False, False, False]  # finished, expired, expired late (a starved loop)
+    due = loop.time() + timeout
 
     def cancel() -> None:
         if not state[0]:
             state[1] = True
+            state[2] = loop.time() - due > timeout
             task.cancel()
 
-    timer = loop.call_at(loop.time() + timeout, loop.call_soon, cancel)
+    timer = loop.call_at(due, loop.call_soon, cancel)
     try:
         return await awaitable
     except asyncio.CancelledError:
         if state[1]:
             state[1] = False
             if task.uncancel() == 0:
-                raise TimeoutError from None
+                raise (Starved if state[2] else TimeoutError) from None
         raise
     finally:
         state[0] = True
@@ -171,6 +206,13 @@ class LoopClients:
                     del turns[idle]
             lock = turns[key] = asyncio.Lock()
         return lock
+
+    def taken(self, key: str) -> bool:
+        """Whether a task of the running loop holds its turn of ``key`` (no loop: False)."""
+        loop = asyncio.events._get_running_loop()
+        turns = None if loop is None else self._turns.get(loop)
+        lock = None if turns is None else turns.get(key)
+        return lock is not None and lock.locked()
 
     async def scripts(self) -> tuple[AsyncScript, AsyncScript]:
         """The running loop's scripts: ``SAVE`` and ``READ`` on its client."""
@@ -231,6 +273,7 @@ class Link:
         self.failures = 0
         self.nodes = Nodes(self.rng)  # a cluster's: a master away pauses its keys only
         self.down_since: float | None = None
+        self.starved_since: float | None = None  # the first of trips timing out on a busy loop
         self.back_at = -math.inf  # when Redis was last back after an outage warned of
         self.warned = False  # the current outage was warned of
         self._lock = threading.Lock()
@@ -293,7 +336,8 @@ class Link:
         try:
             result = fn()
         except Exception as exc:  # a store that fails never breaks a call
-            self._failed(exc, node_of(self.client, key))
+            if self._failed(exc, node_of(self.client, key)):
+                raise _Busy from exc
             raise _Down from exc
         self._back(time.monotonic(), node_of(self.client, key))
         return result
@@ -310,11 +354,12 @@ class Link:
         The reply to ``trip`` from the running loop's ``redis.asyncio`` client, or :class:`_Down`.
 
         Bounded by the timeout (:func:`_within`); the loop runs on meanwhile.  A ``"turn"``
-        trip is no round trip: the loop's lock of the key, acquired (or ``TimeoutError``).
+        trip is no round trip: the loop's lock of the key, acquired (or ``TimeoutError``),
+        waited for as long as a connection (:func:`turn_wait`).
         """
         if trip.op == "turn":
             lock = self.loops.turn(trip.keys[0])
-            await _within(lock.acquire(), self.timeout)
+            await _within(lock.acquire(), turn_wait(self.timeout))
             return lock
         if not self.up:
             raise _Down
@@ -324,7 +369,8 @@ class Link:
             bound = max(1.0, 10 * self.timeout) if _unmapped(script.client) else self.timeout
             reply = await _within(script(keys=trip.keys, args=trip.args), bound)
         except Exception as exc:  # a store that fails never breaks a call
-            self._failed(exc, self.loops.node_of(trip.keys[0]))
+            if self._failed(exc, self.loops.node_of(trip.keys[0])):
+                raise _Busy from exc
             raise _Down from exc
         self._back(time.monotonic(), self.loops.node_of(trip.keys[0]))
         return reply
@@ -353,21 +399,34 @@ class Link:
                 self.offset += max(-room, min(room, target - self.offset))
             self._adjusted = received
 
-    def _failed(self, exc: Exception, node: str | None = None) -> None:
+    def _failed(self, exc: Exception, node: str | None = None) -> bool:
         """
-        A round trip failed: an outage of Redis, or load it is not (see :func:`busy`).
+        A round trip failed: an outage of Redis, or load it is not; True for load.
 
-        Load (no connection free in time, a reply about one key) costs that step alone: it is
-        taken in this process's memory, and the next goes to Redis again; an outage pauses
-        every step (:meth:`_paused`), and a cluster's ``node`` that did not answer pauses the
-        steps on its keys (:class:`~.nodes.Nodes`).
+        Load (no connection free in time, a reply about one key: :func:`busy`; a timeout on
+        an event loop too busy to run its timer on time, for at most :data:`STARVED_FOR`)
+        costs that step alone (answered as busy, nothing taken from memory), and the next
+        goes to Redis again; an outage pauses every step (:meth:`_paused`), and a cluster's
+        ``node`` that did not answer pauses the steps on its keys (:class:`~.nodes.Nodes`).
         """
-        if busy(exc):
-            log.debug("Redis busy (%s): this step from this process's memory", _name(exc))
-        elif node is not None and named(exc, LOST):
+        if busy(exc) or self._starved(exc):
+            log.debug("Redis busy (%s): this step answered as busy", _name(exc))
+            return True
+        if node is not None and named(exc, LOST):
             self.nodes.failed(node, _name(exc))
         else:
             self._paused(exc)
+        return False
+
+    def _starved(self, exc: Exception) -> bool:
+        """Whether ``exc`` is a trip timed out on a starved loop, Redis answering lately."""
+        if not isinstance(exc, Starved):
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if self.starved_since is None:
+                self.starved_since = now
+            return now - self.starved_since < STARVED_FOR
 
     def _paused(self, exc: Exception) -> None:
         """
@@ -406,6 +465,8 @@ class Link:
         """A round trip succeeded: Redis (and ``node``) answers, so it is asked again at once."""
         if self.nodes.failures:
             self.nodes.back(node)
+        if self.starved_since is not None:
+            self.starved_since = None
         if self.down_since is None and not self.failures:
             return
         with self._lock:
@@ -418,6 +479,18 @@ class Link:
             log.warning("Redis is back after %.1f s; pacing from it again", now - since)
         elif since is not None:
             log.debug("Redis is back after %.1f s", now - since)
+
+
+def turn_wait(timeout: float) -> float:
+    """
+    How long a task waits for its loop's turn of a key (seconds): as long as a connection.
+
+    Its turn comes when the steps ahead of it are done, each bounded by ``timeout`` (and,
+    Redis gone, none waits on it: they go to memory at once); most take no round trip.  A
+    thousand tasks that waited the timeout alone (50 ms) on a loaded loop gave up by the
+    hundreds, asked again every few milliseconds, and the loop starved on their asking.
+    """
+    return max(1.0, 10 * timeout)
 
 
 #: Errors that say Redis is there but busy, or that one key is in trouble: not an outage.

@@ -34,7 +34,16 @@ atomic across the fleet.
   :data:`TRUST` seconds before it reads the key again.
 - **Faults fail open**: Redis down, slow (over ``timeout``) or erroring, and the store falls
   back to this process's memory at once, from the last state it saw; it logs one warning per
-  outage, tries Redis again after a jittered backoff, and never raises into a call.
+  outage, tries Redis again after a jittered backoff, and never raises into a call.  The
+  fallback takes over from the copy once an outage (a herd's trips failing one after
+  another each handed it over again, and it forgot the slots it had granted).
+- **Load is not an outage**: a trip that fails for load (no connection free, a reply about
+  one key, a timeout on an event loop too busy to run its timer on time), a turn not come
+  within its wait, others' writes winning for longer than the timeout: the step takes
+  nothing from memory (a slot granted there is one Redis never hears of): a slot asked for
+  is asked again, an answer waits on the copy for the next write.  A step that writes
+  nothing while the key's turn is held (a herd's polls) is answered on a copy of what the
+  key holds, without waiting for the turn.
 
 **One definition, two drivers.** Each step (an operation of
 :class:`~..store.KeyTracker`, over the cell's ``update`` or ``read``) is a generator: it

@@ -28,7 +28,7 @@ from ..codec import KEEP, clamped, dump, load
 from ..state import MAX_SUCCESSES, OriginState, Settings
 from ..steps import Steps, Trip, run
 from ..store import Later, MemoryCell, Step
-from .link import Link, _Down
+from .link import Link, _Busy, _Down
 
 __all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisCell", "redis_key"]
 
@@ -96,6 +96,7 @@ class RedisCell:
         self.synced = -math.inf  # when the copy was last read or written (monotonic)
         self.epoch = 0  # counts the copy's replacements (a reply sent before one may be stale)
         self.dirty: OriginState | None = None  # the copy, while a write of its change is out
+        self.away = False  # the fallback took over from the copy (an outage): once an outage
         self.deferred: list[Callable[[OriginState], object]] = []  # answers not yet written
         # plain successes noted lock-free (the fast lane's), written with the next step: on
         # the copy alone they were lost at its next read, and the fleet's state counted a
@@ -113,6 +114,7 @@ class RedisCell:
         self.queue = []
         self.deferred = []
         self.dirty = None
+        self.away = False
         self.unsent.clear()
         self.synced = -math.inf  # read the key again before trusting the copy
         self.lock = threading.Lock()
@@ -120,14 +122,17 @@ class RedisCell:
 
     def _take_turn(self) -> Steps[Any]:
         """
-        The turn to hold across a step (its ``release()`` ends it), or ``None``.
+        The turn to hold across a step (``release()`` ends it); ``False``: none came in time.
 
         Callers of one process queue for a key, as on one connection, instead of racing (N
         writes on one version cost N round trips for the one that lands): a thread with no
         event loop takes ``turn`` (a threading lock); a task on a loop asks its driver for
         the loop's turn of the key (an asyncio lock, awaited: the loop never blocks on a
-        thread's step), waiting at most the store's timeout, then going on without: the
-        version check orders every writer anyway.
+        thread's step), waiting at most as long as for a connection (:func:`~.link.turn_wait`).
+        Then it does not race the others (a thousand tasks did, each a round trip, on a
+        starved loop: trips timed out, Redis was taken for down and slots were granted from
+        memory): the step is answered as busy (:meth:`_busy`).  (A sync driver on a loop's
+        thread has no turn: ``None``.)
         """
         if asyncio.events._get_running_loop() is None:
             self.turn.acquire()
@@ -135,7 +140,38 @@ class RedisCell:
         try:
             return (yield Trip(self.link, "turn", [self.redis_key], []))
         except Exception:  # waited its bound for the others' steps
-            return None
+            return False
+
+    def _turn_taken(self) -> bool:
+        """Whether another caller of this process holds the turn of the key (a step is out)."""
+        if asyncio.events._get_running_loop() is None:
+            return self.turn.locked()
+        return self.link.loops.taken(self.redis_key)
+
+    def _glance(self, step: Step[T]) -> tuple[T] | None:
+        """
+        ``step`` on a private copy of what the key holds: ``(result,)`` if it writes nothing.
+
+        While another caller's step is out (its turn held for a round trip), a step that
+        changes nothing (a poll for a slot not free yet: most of a herd's steps) is answered
+        here, without queueing for the turn: a thousand asyncio tasks polling one key queued
+        behind each write, waited out the store's timeout, then raced each other's writes
+        (version conflicts, trips timing out on a starved loop: Redis taken for down, and the
+        slots granted from memory meanwhile sent into a spent quota).  A step that would
+        write (a slot taken, counts changed) returns ``None`` and takes its turn.
+        """
+        with self.lock:
+            now = self.link.clock()
+            state = load(self.text) if self.text else OriginState()
+            clamped(state, now, self.settings.max_gate)
+            self._count(state)
+            before = (state.waiting, state.in_flight)
+            state.queue = self.queue
+            result = step(state, self.settings)
+            self.queue = state.queue  # (this process's waiters: kept either way)
+            if (state.waiting, state.in_flight) != before or dump(state) != self.text:
+                return None
+            return (result,)
 
     # ------------------------------------------------------------------ the copy
 
@@ -206,6 +242,7 @@ class RedisCell:
         version, text, cohort, seconds, micros = reply
         self.link.tick(seconds, micros, sent, received)
         with self.lock:
+            self.away = False
             if self._newer(version, epoch):
                 self._adopt(version, text, cohort, self.link.clock())
             self.synced = max(self.synced, received)
@@ -223,37 +260,86 @@ class RedisCell:
         ``later`` (an answer the others may learn a step later): taken on the copy at once
         and written with this process's next step (:meth:`defer`), when it can wait.
 
-        Other processes (or tasks) writing first every time for longer than the store's
-        timeout: the answer is ``busy()`` (nothing taken: "not now"), or, without one, the
-        step's result on this process's copy.
+        Load, not an outage (other processes or tasks writing first every time for longer
+        than the store's timeout, this process's own steps holding the turn that long, a trip
+        failing for load: :class:`~.link._Busy`): answered by :meth:`_busy`, never from this
+        process's memory.
         """
         if later is not None and later[2](self.state) and self.defer(later, step):
             return None  # type: ignore[return-value]  # (an answer: None) on the copy now
+        if self._turn_taken() and self._trusted() and self.link.up_for(self.redis_key):
+            glanced = self._glance(step)
+            if glanced is not None:  # it writes nothing: no turn to wait for
+                return glanced[0]
         turn = yield from self._take_turn()
         try:
             if not self.link.up_for(self.redis_key):
+                with self.lock:
+                    self._hand_over()
                 return self._in_memory(step)
+            if turn is False:
+                return self._busy(step, busy, later)
             started = time.monotonic()
             try:
                 while True:  # another process wrote first: again, on what it wrote
-                    result, unwritten = yield from self._try(step)
+                    result, unwritten = yield from self._try(step, busy is not None)
                     if unwritten is None:
                         return result
                     if time.monotonic() - started > self.link.timeout:
                         log.debug("%s: Redis busy with others' writes", self.key)
-                        if busy is not None:
-                            return busy()
-                        with self.lock:  # kept here (fail open), counts and all
-                            self.mine = [self.mine[0] + unwritten[0], self.mine[1] + unwritten[1]]
-                            self._count()
-                        return result
+                        return self._busy(step, busy, later)
+            except _Busy:
+                return self._busy(step, busy, later)
             except _Down:
                 with self.lock:
                     self._hand_over()
                 return self._in_memory(step)
         finally:
-            if turn is not None:
+            if turn:
                 turn.release()
+
+    def _busy(self, step: Step[T], busy: Callable[[], T] | None, later: Later | None) -> T:
+        """
+        ``step`` answered while Redis is busy (load, not an outage): nothing the fleet misses.
+
+        A step with a ``busy`` answer (a slot asked for) takes nothing: its answer on a copy
+        if that writes nothing (ask again when the slot it waits for is due), else ``busy()``.
+        Any other (an answer learned, a budget's count) is taken on the copy and written with
+        this process's next step, as an answer that may wait (:meth:`defer`); one more than
+        four times :data:`MAX_DEFERRED` waiting is taken in memory.  Before, such a step was
+        taken in this process's memory: a slot granted there was one no other process, nor
+        this one's next step on the copy, knew was taken.
+        """
+        if busy is not None:
+            glanced = self._glance(step)
+            return busy() if glanced is None else glanced[0]
+        settings = self.settings
+        if later is not None:
+            learn = later[0]
+
+            def again(o: OriginState) -> object:
+                return learn(o, settings, False)
+
+        else:
+
+            def again(o: OriginState) -> object:
+                return step(o, settings)
+
+        if len(self.deferred) >= 4 * MAX_DEFERRED:
+            return self._in_memory(step)
+        with self.lock:
+            state = self.state
+            before = (state.waiting, state.in_flight)
+            if later is not None and later[1]:
+                self.mine[1] -= 1
+            state.queue = self.queue
+            result = step(state, settings) if later is None else again(state)
+            self.queue = state.queue
+            self.mine[0] += state.waiting - before[0]
+            self.mine[1] += state.in_flight - before[1]
+            self.deferred.append(again)
+            self._count()
+        return result  # type: ignore[return-value]  # (an answer's result: None)
 
     def _in_memory(self, step: Step[T]) -> T:
         """
@@ -272,7 +358,7 @@ class RedisCell:
             self.mine[1] += state.in_flight - before[1]
         return result
 
-    def _try(self, step: Step[T]) -> Steps[tuple[T, list[int] | None]]:
+    def _try(self, step: Step[T], poll: bool = False) -> Steps[tuple[T, list[int] | None]]:
         """
         ``step`` on the copy, written if nobody wrote since.
 
@@ -283,7 +369,11 @@ class RedisCell:
         A step that changes the state is written at once, however old the copy: the write
         checks the version, so it succeeds only if the copy was current, and a paced slot
         costs one round trip.  A step that changes nothing on an old copy reads the key.  A
-        step on the copy itself carries the answers deferred on it (:meth:`defer`).
+        step on the copy itself carries the answers deferred on it (:meth:`defer`).  A
+        ``poll`` for a slot that takes none writes this process's counts only when they were
+        last written :data:`TRUST` seconds ago or more: in a herd every request's counts
+        changed, and each poll after it was a write (nine round trips a request, serialized
+        on the key's turn).
         """
         carried: list[Callable[[OriginState], object]] = []
         with self.lock:
@@ -307,7 +397,7 @@ class RedisCell:
             text = dump(state)
             if (
                 text == self.text
-                and self.mine == self.written
+                and (self.mine == self.written or (poll and now - self.wrote_at < TRUST))
                 and now - self.wrote_at < COHORT_TTL / 2
             ):
                 if in_place:
@@ -344,6 +434,7 @@ class RedisCell:
             self.link.tick(seconds, micros, sent, received)
             with self.lock:
                 settled = True
+                self.away = False
                 self._settle(state)
                 self.synced = max(self.synced, received)
                 if written:
@@ -412,7 +503,17 @@ class RedisCell:
         self._count()
 
     def _hand_over(self) -> None:
-        """Redis failed: the fallback goes on from the last state seen (caller holds ``lock``)."""
+        """
+        Redis failed: the fallback goes on from the last state seen (caller holds ``lock``).
+
+        Once an outage: the trips of a herd in flight when Redis went away fail one after
+        another, and each handed the copy over again, wiping the slots the fallback had
+        granted meanwhile (granted again: a burst into a spent quota).  A key whose steps
+        find the store paused for another key's failure is handed over by its first.
+        """
+        if self.away:
+            return
+        self.away = True
         target = self.fallback.state
         for f in dataclasses.fields(OriginState):
             setattr(target, f.name, getattr(self.state, f.name))
@@ -451,16 +552,23 @@ class RedisCell:
         try:
             if self.link.up_for(self.redis_key):
                 try:
-                    yield from self._refresh(fresh)
+                    if turn is not False:  # (else load: the copy as it is)
+                        yield from self._refresh(fresh)
+                    with self.lock:
+                        return look(self.state, self.settings)
+                except _Busy:
                     with self.lock:
                         return look(self.state, self.settings)
                 except _Down:
                     with self.lock:
                         self._hand_over()
+            else:
+                with self.lock:
+                    self._hand_over()
             settings = self.settings  # (the fleet's, as on the copy)
             return run(self.fallback.read(lambda o, _s: look(o, settings)))
         finally:
-            if turn is not None:
+            if turn:
                 turn.release()
 
     def defer(self, later: Later, step: Step[object]) -> bool:
@@ -474,6 +582,8 @@ class RedisCell:
         Redis down: ``step`` (the whole update) in this process's memory.
         """
         if not self.link.up_for(self.redis_key):
+            with self.lock:
+                self._hand_over()
             self._in_memory(step)
             return True
         settings, (learn, released, _) = self.settings, later
