@@ -7,6 +7,7 @@ The bytes are a short magic, a JSON head and the body; anything else decodes to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 from .rules import Freshness
 
-__all__ = ["MAGIC", "Entry", "Junk", "decode", "encode"]
+__all__ = ["MAGIC", "Entry", "Junk", "aged", "decode", "encode"]
 
 MAGIC = b"SCHC1"
 _HEAD = struct.Struct(">I")
@@ -67,6 +68,19 @@ class Entry:
         """How long a store should keep it from ``now``: fresh, stale allowances, revalidation."""
         left = max(0.0, self.lifetime - (now - self.born))
         return left + max(self.swr, self.sie) + max(self.lifetime, 60.0)
+
+
+def aged(entry: Entry, now: float) -> Entry:
+    """
+    ``entry`` as served at ``now``: its ``Age`` says its current age (RFC 9111 section 4).
+
+    A cache sending a stored response must generate ``Age``: what the origin said (or
+    nothing) plus the time the response spent here, so a client downstream knows how long
+    it has left.
+    """
+    age = str(int(max(0.0, now - entry.born)))
+    headers = tuple((k, v) for k, v in entry.headers if k.lower() != "age")
+    return dataclasses.replace(entry, headers=(*headers, ("Age", age)))
 
 
 def encode(entry: Entry) -> bytes:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .cache import HttpCache
-from .entry import Entry
+from .entry import Entry, aged
 from .rules import (
     CACHEABLE_METHODS,
     SAFE_METHODS,
@@ -60,8 +60,11 @@ EARLY_SLOT = "smoothclient early refresh slot"
 #: Statuses that let ``stale-if-error`` serve a stored response (RFC 5861 section 4).
 ERROR_STATUSES = frozenset({500, 502, 503, 504})
 #: Headers that describe the body as sent, not as stored (it is stored decoded).
-_FRAMING = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 _TRANSFER = frozenset({"content-length", "transfer-encoding"})
+_FRAMING = _TRANSFER | {"content-encoding"}
+#: Fields of one connection, never stored (RFC 9110 section 7.6.1; with those ``Connection``
+#: names, RFC 9111 section 3.1).
+_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"})
 #: Makes giving a claim back once atomic: an async edge may end a lookup from two threads.
 _DONE = threading.Lock()
 
@@ -202,7 +205,7 @@ class Lookup:
 
     def _serve(self, entry: Entry, label: CacheLabel, *, background: bool = False) -> Serve:
         self._count(label)
-        return Serve(entry, label, background)
+        return Serve(aged(entry, self.cache.clock()), label, background)
 
     def _count(self, label: CacheLabel) -> None:
         self.label = label
@@ -248,7 +251,7 @@ class Lookup:
             cache.put(updated)
             self.done()
             self._count("revalidated")
-            return Serve(updated, "revalidated")
+            return Serve(aged(updated, now), "revalidated")
         if status in ERROR_STATUSES and entry is not None:
             stand_in = self._stand_in(entry, now)
             if stand_in is not None:
@@ -296,7 +299,9 @@ class Lookup:
 
         A decoded body loses ``Content-Encoding``; one kept as sent keeps it.
         """
-        dropped = _TRANSFER if recorder.encoded else _FRAMING
+        dropped = (_TRANSFER if recorder.encoded else _FRAMING) | _HOP
+        listed = header(recorder.headers, "connection") or ""
+        dropped |= {name.strip().lower() for name in listed.split(",")}
         headers = [(k, v) for k, v in recorder.headers if k.lower() not in dropped]
         headers.append(("Content-Length", str(len(body))))
         entry = self.cache.entry(

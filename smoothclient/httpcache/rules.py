@@ -244,8 +244,8 @@ def storable(
         return False
     if status not in HEURISTIC_STATUSES and not ("max-age" in cc or header(pairs, "expires")):
         return False
-    if header(pairs, "vary") == "*":
-        return False  # never matches a later request
+    if "*" in vary_names(pairs):
+        return False  # never matches a later request (a "*" among other names too)
     return (
         lifetime > 0
         or header(pairs, "etag") is not None

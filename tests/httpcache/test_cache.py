@@ -554,3 +554,42 @@ def test_odd_lifetimes_and_due_instants_never_break_a_refresh_point() -> None:
     assert _at_phase(inf, inf, 1e9, 0.3) == inf
     assert _at_phase(100.0, 0.0, 1e9, 0.3) == 100.0
     assert 10.0 < _at_phase(100.0, 90.0, 1e9, 0.3) <= 100.0
+
+
+def _field(resp: Resp, name: str) -> list[str]:
+    return [v for k, v in resp.headers if k.lower() == name]
+
+
+def test_a_stored_response_is_served_with_its_current_age(wall: FakeClock) -> None:
+    """RFC 9111 section 4: ``Age`` generated on a hit, the origin's own age plus the time here."""
+    c = client(wall, fixed(cache_control="max-age=600", age="30"))
+    assert _field(c.get(), "age") == ["30"]  # (a miss: as the origin sent it)
+    wall.advance(5)
+    hit = c.get()
+    assert hit.cache == "hit"
+    assert _field(hit, "age") == ["35"]  # one Age, not the stored one and a new one
+    assert _field(c.get(), "age") == ["35"]
+
+
+def test_fields_of_one_connection_are_not_stored(wall: FakeClock) -> None:
+    """``Connection`` and the fields it names (RFC 9111 section 3.1) are not served from a store."""
+    c = client(
+        wall,
+        fixed(
+            cache_control="max-age=600", connection="a, Keep-Alive", a="1", keep_alive="x", b="2"
+        ),
+    )
+    c.get()
+    hit = c.get()
+    assert hit.cache == "hit"
+    names = {k.lower() for k, _ in hit.headers}
+    assert {"connection", "a", "keep-alive"}.isdisjoint(names)
+    assert "b" in names
+
+
+@pytest.mark.parametrize("vary", ["*", "foo, *", "*, foo", "*, *"])
+def test_a_vary_with_a_star_anywhere_is_never_served(wall: FakeClock, vary: str) -> None:
+    c = client(wall, fixed(cache_control="max-age=600", vary=vary))
+    c.get()
+    assert c.get().cache == "miss"
+    assert len(c.origin.requests) == 2
