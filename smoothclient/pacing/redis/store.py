@@ -83,8 +83,9 @@ from typing import Any
 from ..keys import LruMap
 from ..state import Settings
 from ..store import KeyTracker, MemoryStore
+from .keyspace import redis_key
 from .link import TIMEOUT, Link, LoopClients, connect
-from .tracker import COHORT_TTL, MAX_DEFERRED, TRUST, RedisCell, redis_key
+from .tracker import COHORT_TTL, MAX_DEFERRED, TRUST, RedisCell
 
 __all__ = [
     "COHORT_TTL",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import heapq
 import json
 import logging
 import math
@@ -24,10 +23,11 @@ from typing import Any, TypeVar
 
 from ...policy import RetryBudget
 from .. import admission as adm
-from ..codec import KEEP, clamped, dump, load
+from ..codec import clamped, dump, load
 from ..state import MAX_SUCCESSES, OriginState, Settings
 from ..steps import Steps, Trip, run
 from ..store import Later, MemoryCell, Step
+from .keyspace import LINGER, horizon, merge_successes, redis_key
 from .link import Link, _Busy, _Down
 
 __all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisCell", "redis_key"]
@@ -41,18 +41,8 @@ TRUST = 0.1
 MAX_COUNT = 1_000_000
 #: A process's cohort counts are dropped this long after it last wrote them (seconds).
 COHORT_TTL = 30.0
-#: Keys outlive the last time their state matters by this much (seconds).
-LINGER = 60.0
 #: At most this many answers wait on a process's copy for its next step; one more is written.
 MAX_DEFERRED = 64
-
-
-def _horizon(o: OriginState, settings: Settings, now: float) -> float:
-    """Seconds from ``now`` during which ``o`` still matters to anyone."""
-    ends = [o.gate, o.pace.tat, o.last_throttle + settings.quiet]
-    ends += [t for t in (o.reset_at, o.probe_until) if t is not None]
-    latest = max((t for t in ends if math.isfinite(t)), default=now)
-    return min(max(0.0, latest - now), 7 * 86400.0) + LINGER
 
 
 class RedisCell:
@@ -128,11 +118,8 @@ class RedisCell:
         writes on one version cost N round trips for the one that lands): a thread with no
         event loop takes ``turn`` (a threading lock); a task on a loop asks its driver for
         the loop's turn of the key (an asyncio lock, awaited: the loop never blocks on a
-        thread's step), waiting at most as long as for a connection (:func:`~.link.turn_wait`).
-        Then it does not race the others (a thousand tasks did, each a round trip, on a
-        starved loop: trips timed out, Redis was taken for down and slots were granted from
-        memory): the step is answered as busy (:meth:`_busy`).  (A sync driver on a loop's
-        thread has no turn: ``None``.)
+        thread's step), waiting at most :func:`~.link.turn_wait`, then racing nobody: the step
+        is answered as busy (:meth:`_busy`).  (A sync driver on a loop's thread: ``None``.)
         """
         if asyncio.events._get_running_loop() is None:
             self.turn.acquire()
@@ -149,17 +136,7 @@ class RedisCell:
         return self.link.loops.taken(self.redis_key)
 
     def _glance(self, step: Step[T]) -> tuple[T] | None:
-        """
-        ``step`` on a private copy of what the key holds: ``(result,)`` if it writes nothing.
-
-        While another caller's step is out (its turn held for a round trip), a step that
-        changes nothing (a poll for a slot not free yet: most of a herd's steps) is answered
-        here, without queueing for the turn: a thousand asyncio tasks polling one key queued
-        behind each write, waited out the store's timeout, then raced each other's writes
-        (version conflicts, trips timing out on a starved loop: Redis taken for down, and the
-        slots granted from memory meanwhile sent into a spent quota).  A step that would
-        write (a slot taken, counts changed) returns ``None`` and takes its turn.
-        """
+        """``step`` on a copy of what the key holds: ``(result,)`` if it writes nothing (a poll)."""
         with self.lock:
             now = self.link.clock()
             state = load(self.text) if self.text else OriginState()
@@ -260,10 +237,8 @@ class RedisCell:
         ``later`` (an answer the others may learn a step later): taken on the copy at once
         and written with this process's next step (:meth:`defer`), when it can wait.
 
-        Load, not an outage (other processes or tasks writing first every time for longer
-        than the store's timeout, this process's own steps holding the turn that long, a trip
-        failing for load: :class:`~.link._Busy`): answered by :meth:`_busy`, never from this
-        process's memory.
+        Load, not an outage (others' writes winning for longer than the timeout, no turn in
+        time, a trip failing for load): answered by :meth:`_busy`, never from memory.
         """
         if later is not None and later[2](self.state) and self.defer(later, step):
             return None  # type: ignore[return-value]  # (an answer: None) on the copy now
@@ -300,15 +275,10 @@ class RedisCell:
 
     def _busy(self, step: Step[T], busy: Callable[[], T] | None, later: Later | None) -> T:
         """
-        ``step`` answered while Redis is busy (load, not an outage): nothing the fleet misses.
+        ``step`` while Redis is busy (load, not an outage): nothing taken from memory.
 
-        A step with a ``busy`` answer (a slot asked for) takes nothing: its answer on a copy
-        if that writes nothing (ask again when the slot it waits for is due), else ``busy()``.
-        Any other (an answer learned, a budget's count) is taken on the copy and written with
-        this process's next step, as an answer that may wait (:meth:`defer`); one more than
-        four times :data:`MAX_DEFERRED` waiting is taken in memory.  Before, such a step was
-        taken in this process's memory: a slot granted there was one no other process, nor
-        this one's next step on the copy, knew was taken.
+        A slot asked for is not taken (:meth:`_glance`'s answer, else ``busy()``); any other
+        step waits on the copy for the next write (:meth:`defer`; past 4 * MAX_DEFERRED: memory).
         """
         if busy is not None:
             glanced = self._glance(step)
@@ -388,7 +358,7 @@ class RedisCell:
                 self._count(state)
             before = (state.waiting, state.in_flight)
             if self.unsent:
-                _merge_successes(state, self.unsent)
+                merge_successes(state, self.unsent)
             state.queue = self.queue
             result = step(state, self.settings)
             self.queue = state.queue
@@ -416,7 +386,7 @@ class RedisCell:
                     self.version,
                     text,
                     json.dumps(cohort),
-                    int(_horizon(state, self.settings, now) * 1000),
+                    int(horizon(state, self.settings, now) * 1000),
                 ]
                 epoch = self.epoch
                 if in_place:
@@ -506,10 +476,7 @@ class RedisCell:
         """
         Redis failed: the fallback goes on from the last state seen (caller holds ``lock``).
 
-        Once an outage: the trips of a herd in flight when Redis went away fail one after
-        another, and each handed the copy over again, wiping the slots the fallback had
-        granted meanwhile (granted again: a burst into a spent quota).  A key whose steps
-        find the store paused for another key's failure is handed over by its first.
+        Once an outage (handed over again, it forgot the slots it had granted: see :mod:`.store`).
         """
         if self.away:
             return
@@ -624,26 +591,3 @@ class RedisCell:
 
 def _unchanged(_o: object, _s: object) -> None:
     """A step that changes nothing: a write of what the copy holds."""
-
-
-def redis_key(key: str, prefix: str = "smoothclient") -> str:
-    """The Redis key of a store key: ``origin`` or ``"origin scope"``, hash-tagged by origin."""
-    origin, _, scope = key.partition(" ")
-    tagged = f"{prefix}:{{{origin}}}"
-    return f"{tagged}:{scope}" if scope else tagged
-
-
-def _merge_successes(state: OriginState, unsent: deque[float]) -> None:
-    """
-    Add ``unsent`` successes to ``state``'s, kept ascending (the rules bisect them).
-
-    They stay in ``unsent`` (a write that loses to another process's is taken again on what
-    that one wrote: popped, they were lost), so a time the state has already is not added
-    twice; those older than what a state keeps (:data:`~.codec.KEEP`) are dropped.
-    """
-    while unsent and unsent[0] < unsent[-1] - KEEP:
-        unsent.popleft()
-    have = set(state.successes)
-    mine = sorted(t for t in unsent if t not in have)
-    if mine:
-        state.successes = deque(heapq.merge(state.successes, mine), maxlen=MAX_SUCCESSES)

@@ -1,0 +1,52 @@
+"""
+What a key of the Redis store is called and holds beyond the state's rules.
+
+Its name (:func:`redis_key`: hash-tagged by origin, so an origin's keys share a cluster's
+slot), how long it outlives its state (:func:`horizon`), and how a process's plain successes
+join the state it writes (:func:`merge_successes`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from ..codec import KEEP
+from ..state import MAX_SUCCESSES, OriginState, Settings
+
+__all__ = ["LINGER", "horizon", "merge_successes", "redis_key"]
+
+#: Keys outlive the last time their state matters by this much (seconds).
+LINGER = 60.0
+
+
+def horizon(o: OriginState, settings: Settings, now: float) -> float:
+    """Seconds from ``now`` during which ``o`` still matters to anyone."""
+    ends = [o.gate, o.pace.tat, o.last_throttle + settings.quiet]
+    ends += [t for t in (o.reset_at, o.probe_until) if t is not None]
+    latest = max((t for t in ends if math.isfinite(t)), default=now)
+    return min(max(0.0, latest - now), 7 * 86400.0) + LINGER
+
+
+def redis_key(key: str, prefix: str = "smoothclient") -> str:
+    """The Redis key of a store key: ``origin`` or ``"origin scope"``, hash-tagged by origin."""
+    origin, _, scope = key.partition(" ")
+    tagged = f"{prefix}:{{{origin}}}"
+    return f"{tagged}:{scope}" if scope else tagged
+
+
+def merge_successes(state: OriginState, unsent: deque[float]) -> None:
+    """
+    Add ``unsent`` successes to ``state``'s, kept ascending (the rules bisect them).
+
+    They stay in ``unsent`` (a write that loses to another process's is taken again on what
+    that one wrote: popped, they were lost), so a time the state has already is not added
+    twice; those older than what a state keeps (:data:`~.codec.KEEP`) are dropped.
+    """
+    while unsent and unsent[0] < unsent[-1] - KEEP:
+        unsent.popleft()
+    have = set(state.successes)
+    mine = sorted(t for t in unsent if t not in have)
+    if mine:
+        state.successes = deque(heapq.merge(state.successes, mine), maxlen=MAX_SUCCESSES)
