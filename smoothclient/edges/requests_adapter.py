@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import io
+import operator
 import random
 import re
 import threading
@@ -103,6 +104,13 @@ def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
     return ((lower, entry[1]) for lower, entry in headers._store.items())
 
 
+def _values(headers: Any) -> list[object]:
+    return list(map(_VALUE, headers._store.values()))
+
+
+_VALUE = operator.itemgetter(1)
+
+
 def _fast_access() -> FieldAccess:
     """
     Read requests' ``CaseInsensitiveDict`` through its ``_store``.
@@ -111,7 +119,9 @@ def _fast_access() -> FieldAccess:
     response.  Checked once, so another layout falls back to the public mapping.
     """
     store = getattr(CaseInsensitiveDict({"X-A": "b"}), "_store", None)
-    return FieldAccess(_names, _pairs) if store == {"x-a": ("X-A", "b")} else GENERIC
+    if store != {"x-a": ("X-A", "b")}:
+        return GENERIC
+    return FieldAccess(_names, _pairs, values=_values)
 
 
 HEADER_ACCESS = _fast_access()

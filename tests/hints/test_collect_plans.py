@@ -84,3 +84,18 @@ def test_unhashable_names_are_read_name_by_name() -> None:
         lambda h: [[n] for n, _ in h], lambda h: [(n, v) for n, v in h], values=lambda h: h
     )
     assert collect([("Retry-After", "3")], access) == {"retry-after": ["3"]}
+
+
+@given(_HEADERS)
+def test_requests_headers_read_by_place_as_name_by_name(pairs: list[tuple[str, str]]) -> None:
+    """requests' CaseInsensitiveDict (one value a name) reads the same either way."""
+    from requests.structures import CaseInsensitiveDict
+
+    from smoothclient.edges.requests_adapter import HEADER_ACCESS as REQUESTS
+
+    headers = CaseInsensitiveDict(pairs)
+    listed = collect(headers, FieldAccess(REQUESTS.names, REQUESTS.pairs))
+    assert REQUESTS.values is not None
+    assert collect(headers, REQUESTS) == listed
+    assert collect(headers, REQUESTS) == listed
+    assert collect(headers, GENERIC) == listed
