@@ -75,9 +75,11 @@ def _io(fam: Library, request: Any, ended: Ended, sync: bool) -> EdgeIO[Any]:
     tee_sync, tee_async = _streams(fam.lib)
 
     def build(entry: Entry, record: Record) -> Any:
+        # a value httpx read as UTF-8 or Latin-1 goes back as UTF-8 (httpx encodes a str as
+        # ASCII, and a server's "ü" failed every hit): read again, it is the same text
         response = fam.Response(
             entry.status,
-            headers=list(entry.headers),
+            headers=[(k, v if v.isascii() else v.encode()) for k, v in entry.headers],
             content=entry.body,
             request=request,
             extensions={"smoothclient": record},

@@ -119,7 +119,8 @@ def _edge(
 
     def answer(request: Any) -> Any:
         status, headers, body = origin(request)
-        return lib.Response(status, headers=headers, content=body)
+        sent = [(k, v.encode("latin-1")) for k, v in headers.items()]  # (bytes, as a server's)
+        return lib.Response(status, headers=sent, content=body)
 
     async def answer_async(request: Any) -> Any:
         return answer(request)
@@ -186,6 +187,21 @@ def test_a_fresh_hit_is_not_sent_and_its_hooks_say_hit(
     assert (first[2]["cache"], hit[2]["cache"]) == ("miss", "hit")
     assert hit[2]["attempts"] == 0
     assert [e.record.cache for e in ended][-1] == "hit"  # the hit told the hooks too
+
+
+@pytest.mark.parametrize(("lib", "sync", "backend"), EDGES)
+def test_a_field_value_that_is_not_ascii_is_served_from_the_store(
+    lib: ModuleType, sync: bool, backend: str
+) -> None:
+    """A server's Latin-1 "ü" in a field: every hit raised UnicodeEncodeError (httpx edges)."""
+
+    def origin(request: Any) -> Answer:
+        return 200, {"Cache-Control": "max-age=60", "X-Name": "M\u00fcller"}, b"items"
+
+    get, _ = _edge(lib, sync, backend, origin, HttpCache())
+    first, hit = get(), get()
+    assert first[:2] == hit[:2] == (200, "items")
+    assert hit[2]["cache"] == "hit"
 
 
 @pytest.mark.parametrize(("lib", "sync", "backend"), EDGES)
