@@ -57,8 +57,19 @@ HEURISTIC_FRACTION = 0.1
 MAX_SECONDS = 2**31
 #: Directives read from one header are bounded (a hostile header costs nothing).
 MAX_DIRECTIVES = 64
-#: Headers a 304 never replaces in the stored response (RFC 9111 section 3.2).
-_KEPT_ON_304 = frozenset({"content-length", "content-encoding", "transfer-encoding"})
+#: Headers a 304 never replaces in the stored response (RFC 9111 section 3.2): those that
+#: describe the stored body (its framing, coding, digest and range) and its validator (a 304
+#: says the stored response is the one selected: its ETag is the one that matched).
+_KEPT_ON_304 = frozenset(
+    {
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "content-md5",
+        "content-range",
+        "etag",
+    }
+)
 
 Headers = Iterable[tuple[str, str]]
 
@@ -372,10 +383,11 @@ def merge_304(stored: Headers, fresh: Headers) -> list[tuple[str, str]]:
     """
     The stored headers updated by a 304's (RFC 9111 section 4.3.4).
 
-    Every field the 304 carries replaces the stored one of that name, except the framing fields
-    (``Content-Length``, ``Content-Encoding``, ``Transfer-Encoding``) that describe the stored
-    body.  The stored ``Date`` and ``Age`` go whether or not the 304 has its own: they dated
-    the old response, and the age starts again from this one.
+    Every field the 304 carries replaces the stored one of that name, except those that
+    describe the stored body (``Content-Length``, ``Content-Encoding``, ``Transfer-Encoding``,
+    ``Content-MD5``, ``Content-Range``) and its ``ETag``.  The stored ``Date`` and ``Age`` go
+    whether or not the 304 has its own: they dated the old response, and the age starts again
+    from this one.
     """
     new = [(k, v) for k, v in fresh if k.lower() not in _KEPT_ON_304]
     replaced = {k.lower() for k, _ in new} | {"date", "age"}

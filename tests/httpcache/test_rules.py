@@ -212,6 +212,26 @@ def test_a_304_updates_the_stored_headers_but_not_the_framing() -> None:
     }
 
 
+def test_a_304_never_replaces_what_describes_the_stored_body_nor_its_etag() -> None:
+    """Its coding, digest, range and validator are the stored body's (as browsers keep them)."""
+    stored = [
+        ("Content-Encoding", "gzip"),
+        ("Content-MD5", "a"),
+        ("Content-Range", "bytes 0-4/5"),
+        ("ETag", '"v1"'),
+        ("Content-Type", "text/plain"),
+    ]
+    fresh = [
+        ("Content-Encoding", "br"),
+        ("Content-MD5", "b"),
+        ("Content-Range", "bytes 0-9/10"),
+        ("ETag", '"v2"'),
+        ("Content-Type", "text/html"),
+    ]
+    merged = dict(merge_304(stored, fresh))
+    assert merged == {**dict(stored), "Content-Type": "text/html"}
+
+
 def test_a_304_without_a_date_drops_the_stored_date_and_age() -> None:
     stored = [("Date", DATE), ("Age", "100"), ("ETag", '"v1"')]
     assert merge_304(stored, [("Cache-Control", "max-age=5")]) == [
