@@ -197,7 +197,8 @@ def freshness(
     :data:`HEURISTIC_STATUSES`) :data:`HEURISTIC_FRACTION` of ``Date - Last-Modified``, else 0.
     ``s-maxage`` is for shared caches and ignored.  Age: ``Age``, ``Date`` and the response's
     delay, as RFC 9111 section 4.2.3 corrects them; the ``Date`` counts whole seconds, so the
-    age it proves is a second less than it reads.
+    age it proves is a second less than it reads.  An ``Age`` that cannot be read makes the
+    response stale.
     """
     pairs = list(headers)
     cc = _response_directives(pairs)
@@ -205,12 +206,19 @@ def freshness(
     date_value = response_time if date is None else date
     # a Date has one-second resolution: the response may have been made up to a second after it
     apparent = max(0.0, response_time - date_value - 1.0)
-    age_value = _seconds(header(pairs, "age")) or 0
-    corrected = age_value + max(0.0, response_time - request_time)
+    age_field = header(pairs, "age")
+    age_value = _seconds(age_field)
+    corrected = (age_value or 0) + max(0.0, response_time - request_time)
     born = response_time - max(apparent, corrected)
+    lifetime = _lifetime(pairs, cc, date_value, status)
+    if age_field is not None and age_value is None:
+        # an Age that is not one number (junk, negative, "7200.0", two of them): how old the
+        # response is cannot be told, so it is stale (validated before use), never younger
+        # than it may be (ignored, "abc" or "7200, 0" made a two-hour-old response fresh)
+        lifetime = 0.0
     return Freshness(
         born=born,
-        lifetime=_lifetime(pairs, cc, date_value, status),
+        lifetime=lifetime,
         revalidate="no-cache" in cc,
         strict="must-revalidate" in cc or "no-cache" in cc,
         swr=_allowance(cc, "stale-while-revalidate"),

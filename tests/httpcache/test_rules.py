@@ -104,6 +104,15 @@ def test_directives_never_raise(value: str) -> None:
     assert len(cc.items) <= rules.MAX_DIRECTIVES
 
 
+@pytest.mark.parametrize("age", ["abc", "-7200", "7200.0", "7200, 0", "0, 0", "7200;foo=bar", ""])
+def test_an_age_that_cannot_be_read_makes_the_response_stale(age: str) -> None:
+    """Never younger than it may be: "abc" or "7200, 0" ignored made an old response fresh."""
+    found = freshness(h(cache_control="max-age=3600", age=age), 0.0, 0.0)
+    assert found.lifetime == 0.0
+    assert not found.fresh(0.0)
+    assert freshness(h(cache_control="max-age=3600", age="10"), 0.0, 0.0).fresh(0.0)
+
+
 @given(
     st.integers(min_value=0, max_value=10**6),
     st.integers(min_value=0, max_value=10**6),
