@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import statistics
 import subprocess
 import sys
@@ -355,6 +356,7 @@ class LoadRow:
     failures: int
     elapsed: float
     worst_100ms: int  # the most requests the server saw in any 100 ms once its bucket was spent
+    outages: int  # the store's warnings that Redis failed (an outage, or load taken for one)
 
     def cells(self) -> list[str]:
         return [
@@ -365,10 +367,23 @@ class LoadRow:
             str(self.failures),
             f"{self.elapsed:.2f}",
             str(self.worst_100ms),
+            str(self.outages),
         ]
 
 
-LOAD_HEADER = ["store", "tasks", "sent", "429s", "fail", "time s", "worst 100 ms"]
+LOAD_HEADER = ["store", "tasks", "sent", "429s", "fail", "time s", "worst 100 ms", "outages"]
+
+
+class _Outages(logging.Handler):
+    """Counts the pacing log's warnings that Redis failed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "failed" in record.getMessage():
+            self.count += 1
 
 
 def _ask(child: subprocess.Popen[str], command: str) -> str:
@@ -435,7 +450,13 @@ def run_load(sizes: list[int], runs: int) -> list[LoadRow]:
                         _ask(child, "RESET")
                         storage = server.url if store == "redis" else "memory://"
                         pacer = smoothclient.Pacer(storage=storage)
-                        failures, elapsed = asyncio.run(_load(url, pacer, tasks))
+                        outages = _Outages()
+                        pacing_log = logging.getLogger("smoothclient.pacing")
+                        pacing_log.addHandler(outages)
+                        try:
+                            failures, elapsed = asyncio.run(_load(url, pacer, tasks))
+                        finally:
+                            pacing_log.removeHandler(outages)
                         log = json.loads(_ask(child, "LOG"))
                         row = LoadRow(
                             store,
@@ -445,6 +466,7 @@ def run_load(sizes: list[int], runs: int) -> list[LoadRow]:
                             failures,
                             elapsed,
                             _worst_window(log),
+                            outages.count,
                         )
                         rows.append(row)
                         print(" | ".join(row.cells()), flush=True)
