@@ -80,7 +80,8 @@ def _io(fam: Library, request: Any, ended: Ended, sync: bool) -> EdgeIO[Any]:
         response = fam.Response(
             entry.status,
             headers=[(k, v if v.isascii() else v.encode()) for k, v in entry.headers],
-            content=entry.body,
+            # a stream not yet read, as a transport's: iter_raw() works on a hit too
+            stream=fam.lib.ByteStream(entry.body),
             request=request,
             extensions={"smoothclient": record},
         )

@@ -289,3 +289,20 @@ def test_record_of_reads_a_hit_typed() -> None:
     assert record is not None
     assert record.cache == "hit"
     assert record.attempts == 0
+
+
+@pytest.mark.parametrize("lib", [httpx, httpx2])
+def test_a_hit_streams_like_a_sent_response(lib: ModuleType) -> None:
+    """``iter_raw()`` on a hit: its stored bytes (a hit made already read raised StreamConsumed)."""
+
+    def answer(request: Any) -> Any:
+        return lib.Response(200, headers={"Cache-Control": "max-age=60"}, content=b"items")
+
+    family = smoothclient.httpx2 if lib is httpx2 else smoothclient
+    transport = family.SmoothTransport(lib.MockTransport(answer), pacer=Pacer(), cache=HttpCache())
+    with lib.Client(transport=transport) as client:
+        client.get(URL)
+        with client.stream("GET", URL) as hit:
+            assert hit.extensions["smoothclient"]["cache"] == "hit"
+            assert b"".join(hit.iter_raw()) == b"items"
+        assert client.get(URL).text == "items"
