@@ -24,7 +24,7 @@ process that lost the first wave had all its requests turned away, its count in 
 to none while they came back, and the last of them was turned away "alone".  Read as a rate's
 limit (below), the process was paced at one request a second and slow-started from there: a
 fleet of three took 5x the ideal time.  A request turned away alone is a rate's limit only
-when its throttle took about as long as a success (at least half the quickest: a remote
+when its throttle took about as long as a success (:data:`SLOW` of the quickest: a remote
 server's round trip); turned away at once, the others hold every place, and the window goes
 below one: one request every ``latency / window`` (the window's pace, on the GCRA mirror),
 halved by each such throttle (:data:`SHRINK`) down to :data:`LEAST`, while throttles of
@@ -57,7 +57,7 @@ import math
 
 from .state import OriginState, Settings
 
-__all__ = ["LEAST", "SERVED", "SHRINK", "crowded", "served", "width"]
+__all__ = ["LEAST", "SERVED", "SHRINK", "SLOW", "crowded", "served", "width"]
 # (its fields are OriginState's: latency, crowd_window, crowded_at, crowd_moved, lone_at, and
 # the GCRA mirror's rate while the window is below one)
 
@@ -69,6 +69,12 @@ SERVED = 0.02
 LEAST = 0.1
 #: A throttle that finds this process holding no place multiplies a window below one by this.
 SHRINK = 0.5
+#: A throttle that took this share of the quickest success or more came back as late as a
+#: success (a remote server's round trip: a rate limiter's); sooner, the limiter turned it
+#: away at once.  Three quarters, not a half: on a loaded machine a fleet's event loops took
+#: 50 ms and more to read a 429 that nginx sent at once, and a fleet's process read the
+#: others' full limit_conn as a rate's (6x20: 3.25x the ideal with a half, 2.45x with this).
+SLOW = 0.75
 
 
 def _below_one(o: OriginState) -> bool:
@@ -167,7 +173,7 @@ def crowded(
         return False  # (a shared store's counts are each process's, written when it can)
     others = o.in_flight
     now_width = width(o)
-    slow = sent_at is None or now - sent_at >= o.latency / 2
+    slow = sent_at is None or now - sent_at >= SLOW * o.latency
     if counted and slow and (not others or now_width <= 1):
         # a lone request turned away, or one more with the window already at one (it can do
         # no more), as slow as a success: a rate's limit (a request not counted in flight
