@@ -18,6 +18,10 @@ BENCHMARKS = [
     ("A fleet's shared Redis store: what a request costs", "redis_store.py"),
     ("Cache expiry, stampedes and hot keys", "cache_expiry.py"),
     ("HTTP response caches: a hit, and a fleet's revalidations", "http_cache.py"),
+    (
+        "The HTTP cache against a public suite of cache tests, beside browsers",
+        "http_cache_conformance.py",
+    ),
     ("Outages without retry storms: a fleet of 4 against a server that goes down", "outage.py"),
     ("Random throttles: 30% of requests 429 whatever the rate", "noisy.py"),
     ("The OpenAI and Anthropic SDKs against a fake throttling by requests and tokens", "sdks.py"),
