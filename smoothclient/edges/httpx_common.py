@@ -74,8 +74,8 @@ S = TypeVar("S", bound=_Sends)
 A = TypeVar("A", bound=_SendsAsync)
 
 
-def _names(headers: Any) -> tuple[bytes, ...]:
-    return tuple(map(_SECOND, headers._list))
+def _names(headers: Any) -> list[bytes]:
+    return list(map(_SECOND, headers._list))
 
 
 def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
