@@ -90,7 +90,7 @@ def observe(
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
     elif throttled:
-        if status == 429 and crowd.crowded(o, s, now, counted):
+        if status == 429 and crowd.crowded(o, s, now, counted, sent_at):
             controller.noted(o, now)  # a concurrency limit's: the window is cut, not the rate
         else:
             controller.throttled(o, s, now, sent_at)
