@@ -372,10 +372,9 @@ def at_once(cell: Cell) -> tuple[Callable[..., Steps[Any]], Callable[..., Steps[
     """
     ``cell``'s primitives done here and now: ``(apply, look)``, each returning its result.
 
-    A cell with no I/O offers them itself (:meth:`MemoryCell.apply`, :meth:`MemoryCell.look`:
-    no generator to make and drive); any other cell's steps are driven in this thread
-    (:func:`run`).  Typed as the steps they stand for, so :class:`CellSteps` takes them: the
-    operations it makes of them return their results, not steps.
+    A cell with no I/O offers them (:meth:`MemoryCell.apply`, :meth:`MemoryCell.look`: no
+    generator to drive); any other cell's steps are driven here (:func:`run`).  Typed as the
+    steps they stand for: :class:`CellSteps` over them returns results, not steps.
     """
     apply, look = getattr(cell, "apply", None), getattr(cell, "look", None)
     if apply is not None and look is not None:
@@ -417,22 +416,19 @@ class KeyTracker(Tracker):
         """Show the key and the kind of cell."""
         return f"<KeyTracker {self.key!r} on {type(self.cell).__name__}>"
 
-    # the plain operations: the steps' own, their primitives done at once
+    # the plain operations (Tracker's): the steps' own, their primitives done at once
 
     def try_now(self, now: float) -> bool:
-        """Admit one request at once if a slot is free now (counted in flight)."""
         return self._now.try_now(now)  # type: ignore[no-any-return]
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
-        """Reserve a slot no earlier than ``not_before`` (counted waiting if granted)."""
         return self._now.acquire(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
-        """What :meth:`acquire` would answer, reserving nothing."""
         return self._now.when(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
 
     def observe(
@@ -444,27 +440,21 @@ class KeyTracker(Tracker):
         sent_at: float | None = None,
         counted: bool = True,
     ) -> None:
-        """Learn from one response."""
         self._now.observe(status, hints, now, sent_at=sent_at, counted=counted)
 
     def cohort(self, now: float) -> CohortView:
-        """What the retry engine needs to know of the cohort."""
         return self._now.cohort(now)  # type: ignore[no-any-return]
 
     def try_retry(self, budget: RetryBudget, now: float) -> bool:
-        """Take room for one retry from ``budget`` if it has it (check and take at once)."""
         return self._now.try_retry(budget, now)  # type: ignore[no-any-return]
 
     def view(self, now: float) -> OriginView:
-        """A snapshot, for monitoring."""
         return self._now.view(now)  # type: ignore[no-any-return]
 
     def update(self, step: Callable[[OriginState], T]) -> T:
-        """Apply ``step`` (a pure function of the state) as one atomic step; its result."""
         return self._now.update(step)  # type: ignore[no-any-return]
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
-        """``look`` at the state (which it must not change); its result."""
         return self._now.read(look, fresh=fresh)  # type: ignore[no-any-return]
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
