@@ -141,7 +141,11 @@ def _acquire(
         if ahead is not None and now + again <= due:
             # a call nearer its deadline waits for this slot: it goes first (a call whose own
             # deadline would pass before it asked again takes the slot: no wait past it)
-            _queue(o, due, now + again)
+            if ahead > now:
+                # (yielding only to waiters due already, it is not remembered: a caller that
+                # names a new deadline at each ask would leave an entry due at its own next
+                # ask, and its next ask would yield to it, for ever)
+                _queue(o, due, now + again)
             return Admission(again, final=False)
         _unqueue(o, due)
         _take(o, at)
@@ -151,6 +155,10 @@ def _acquire(
     elif not_before <= now + HORIZON:  # it waits for a slot, not a backoff
         _queue(o, due, now + answer.delay)
     return answer
+
+
+#: A waiter this late to ask again (an event loop's lag) still holds its slot; later, none.
+LATE = 2 * PROBE_POLL
 
 
 def _ahead(o: OriginState, now: float, deadline: float, at: float) -> float | None:
@@ -163,8 +171,11 @@ def _ahead(o: OriginState, now: float, deadline: float, at: float) -> float | No
     and some held calls waited out their deadlines behind newer ones (docs/outages.md
     section 5).  Only waiters that ask again by ``at`` hold slots, and only when they would
     take all there is room for then: a slot they would leave unused goes to the call asking
-    now (a waiter queue never idles a slot).  Waiters that stopped asking are
-    forgotten after :data:`QUEUE_GRACE`, and those past their deadlines at once.
+    now (a waiter queue never idles a slot).  A waiter late to ask by more than
+    :data:`LATE` holds nothing (cancelled, or a caller that names a new deadline at each ask:
+    its old entries held its own new asks back, for ever when 30 such callers asked every
+    5 ms); entries are dropped :data:`QUEUE_GRACE` after their time to ask, and past their
+    deadlines at once.
     """
     queue = o.queue
     if not queue:
@@ -172,7 +183,7 @@ def _ahead(o: OriginState, now: float, deadline: float, at: float) -> float | No
     lapsed = now - QUEUE_GRACE
     if queue[0][0] < now or any(due < lapsed for _, due in queue):  # (past its deadline: gone)
         queue[:] = [entry for entry in queue if entry[1] >= lapsed and entry[0] >= now]
-    ahead = [due for d, due in queue if d < deadline and due <= at]
+    ahead = [due for d, due in queue if d < deadline and now - LATE <= due <= at]
     if len(ahead) < _room(o, at):  # room at ``at`` for them all and this call
         return None
     return min(ahead)
@@ -305,8 +316,10 @@ def try_now(o: OriginState, s: Settings, now: float) -> bool:
     if _probing(o, s, now) is not None or o.waiting or _crowd_full(o, now):
         return False
     at = _slot(o, max(now, o.gate))
-    if at is None or at > now or (o.queue and _ahead(o, now, NO_DEADLINE, now) is not None):
+    if at is None or at > now:
         return False
+    if o.queue and _ahead(o, now, NO_DEADLINE, now) is not None:
+        return False  # (a waiter asking for this slot now)
     _take(o, now)
     o.in_flight += 1
     return True
