@@ -143,8 +143,9 @@ def _acquire(
             # deadline would pass before it asked again takes the slot: no wait past it)
             if ahead > now:
                 # (yielding only to waiters due already, it is not remembered: a caller that
-                # names a new deadline at each ask would leave an entry due at its own next
-                # ask, and its next ask would yield to it, for ever)
+                # names a new deadline at each ask left an entry due at its own next ask,
+                # which held that ask back, and so on for ever: 30 such callers asking every
+                # 5 ms were never served)
                 _queue(o, due, now + again)
             return Admission(again, final=False)
         _unqueue(o, due)
@@ -157,10 +158,6 @@ def _acquire(
     return answer
 
 
-#: A waiter this late to ask again (an event loop's lag) still holds its slot; later, none.
-LATE = 2 * PROBE_POLL
-
-
 def _ahead(o: OriginState, now: float, deadline: float, at: float) -> float | None:
     """
     When a waiter nearer its deadline than ``deadline`` asks again for the slot at ``at``.
@@ -171,11 +168,9 @@ def _ahead(o: OriginState, now: float, deadline: float, at: float) -> float | No
     and some held calls waited out their deadlines behind newer ones (docs/outages.md
     section 5).  Only waiters that ask again by ``at`` hold slots, and only when they would
     take all there is room for then: a slot they would leave unused goes to the call asking
-    now (a waiter queue never idles a slot).  A waiter late to ask by more than
-    :data:`LATE` holds nothing (cancelled, or a caller that names a new deadline at each ask:
-    its old entries held its own new asks back, for ever when 30 such callers asked every
-    5 ms); entries are dropped :data:`QUEUE_GRACE` after their time to ask, and past their
-    deadlines at once.
+    now (a waiter queue never idles a slot).  Waiters that stopped asking (cancelled, or a
+    caller that names a new deadline at each ask) are forgotten :data:`QUEUE_GRACE` after
+    their time to ask, and those past their deadlines at once.
     """
     queue = o.queue
     if not queue:
@@ -183,7 +178,7 @@ def _ahead(o: OriginState, now: float, deadline: float, at: float) -> float | No
     lapsed = now - QUEUE_GRACE
     if queue[0][0] < now or any(due < lapsed for _, due in queue):  # (past its deadline: gone)
         queue[:] = [entry for entry in queue if entry[1] >= lapsed and entry[0] >= now]
-    ahead = [due for d, due in queue if d < deadline and now - LATE <= due <= at]
+    ahead = [due for d, due in queue if d < deadline and due <= at]
     if len(ahead) < _room(o, at):  # room at ``at`` for them all and this call
         return None
     return min(ahead)

@@ -7,10 +7,10 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from smoothclient.pacing.admission import LATE, acquire, try_now, when
+from smoothclient.pacing.admission import acquire, try_now, when
 from smoothclient.pacing.codec import dump, load
 from smoothclient.pacing.gcra import Gcra
-from smoothclient.pacing.state import HORIZON, MAX_QUEUE, OriginState, Settings
+from smoothclient.pacing.state import HORIZON, MAX_QUEUE, QUEUE_GRACE, OriginState, Settings
 
 S = Settings()
 
@@ -59,16 +59,17 @@ def test_without_the_queue_the_newer_call_would_have_taken_it() -> None:
     assert abs(0.3 + a.delay - 0.5) < 1e-9
 
 
-def test_a_waiter_that_stops_asking_holds_others_back_briefly() -> None:
-    """A cancelled call (never asks again) holds the others back LATE past its time at most."""
+def test_a_waiter_that_stops_asking_is_forgotten_after_the_grace() -> None:
+    """A cancelled call (never asks again) holds the others back for QUEUE_GRACE at most."""
     o = _paced()
     acquire(o, S, 0.0, 0.0, 60.0)
     gone = acquire(o, S, 0.01, 0.0, 10.0)
     due = 0.01 + gone.delay
-    assert not acquire(o, S, due + LATE / 2, 0.0, 50.0).final  # about to ask (a loop's lag)
-    late = acquire(o, S, due + LATE + 0.001, 0.0, 50.0)
+    assert not acquire(o, S, due + QUEUE_GRACE / 2, 0.0, 50.0).final  # within the grace
+    late = acquire(o, S, due + QUEUE_GRACE + 0.01, 0.0, 50.0)
     assert late.final
     assert late.granted
+    assert o.queue == []
 
 
 def test_callers_that_name_a_new_deadline_at_each_ask_are_all_served() -> None:
