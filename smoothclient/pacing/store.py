@@ -180,6 +180,23 @@ class Stepwise(Protocol):
     ) -> Steps[T]: ...  # pragma: no cover - a protocol
 
 
+class _Driven:
+    """A tracker's steps, each driven to its end in this thread (:func:`run`) when called."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, steps: Stepwise) -> None:
+        self.steps = steps
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        step = getattr(self.steps, name)
+
+        def driven(*args: Any, **kwargs: Any) -> Any:
+            return run(step(*args, **kwargs))
+
+        return driven
+
+
 class Tracker:
     """
     Atomic operations on one key's pacing state (every ``now`` on the pacer's clock).
@@ -187,7 +204,8 @@ class Tracker:
     What the edges and the call flow talk to: :class:`KeyTracker` (one key, over a
     :class:`Cell`) and :class:`~.bound.Bound` (a request bound by several).  Each operation
     that may do I/O is a step of :attr:`steps` (a :class:`Stepwise`, what async edges drive);
-    the plain methods here drive the same steps in this thread (:func:`run`).
+    the plain methods here drive the same steps in this thread (:func:`run`), or do them at
+    once where a tracker can (:meth:`_plain`).
     """
 
     __slots__ = ()
@@ -199,21 +217,25 @@ class Tracker:
     #: Note a plain success at ``now`` on a healthy key (the fast lane's only bookkeeping).
     note_success: Callable[[float], None]
 
+    def _plain(self) -> Any:
+        """The operations of :attr:`steps`, each returning its result (driven by :func:`run`)."""
+        return _Driven(self.steps)
+
     def try_now(self, now: float) -> bool:
         """Admit one request at once if a slot is free now (counted in flight)."""
-        return run(self.steps.try_now(now))
+        return self._plain().try_now(now)  # type: ignore[no-any-return]
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
         """Reserve a slot no earlier than ``not_before`` (counted waiting if granted)."""
-        return run(self.steps.acquire(now, not_before=not_before, deadline=deadline))
+        return self._plain().acquire(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
         """What :meth:`acquire` would answer, reserving nothing."""
-        return run(self.steps.when(now, not_before=not_before, deadline=deadline))
+        return self._plain().when(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
 
     def observe(
         self,
@@ -225,23 +247,23 @@ class Tracker:
         counted: bool = True,
     ) -> None:
         """Learn from one response."""
-        run(self.steps.observe(status, hints, now, sent_at=sent_at, counted=counted))
+        self._plain().observe(status, hints, now, sent_at=sent_at, counted=counted)
 
     def cohort(self, now: float) -> CohortView:
         """What the retry engine needs to know of the cohort."""
-        return run(self.steps.cohort(now))
+        return self._plain().cohort(now)  # type: ignore[no-any-return]
 
     def try_retry(self, budget: RetryBudget, now: float) -> bool:
         """Take room for one retry from ``budget`` if it has it (check and take at once)."""
-        return run(self.steps.try_retry(budget, now))
+        return self._plain().try_retry(budget, now)  # type: ignore[no-any-return]
 
     def view(self, now: float) -> OriginView:
         """A snapshot, for monitoring."""
-        return run(self.steps.view(now))
+        return self._plain().view(now)  # type: ignore[no-any-return]
 
     def update(self, step: Callable[[OriginState], T]) -> T:
         """Apply ``step`` (a pure function of the state) as one atomic step; its result."""
-        return run(self.steps.update(step))
+        return self._plain().update(step)  # type: ignore[no-any-return]
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
         """
@@ -249,7 +271,7 @@ class Tracker:
 
         ``fresh``: a shared store reads the state now, not a copy it may trust a moment.
         """
-        return run(self.steps.read(look, fresh=fresh))
+        return self._plain().read(look, fresh=fresh)  # type: ignore[no-any-return]
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         """Count one attempt toward ``budget``."""
@@ -416,46 +438,9 @@ class KeyTracker(Tracker):
         """Show the key and the kind of cell."""
         return f"<KeyTracker {self.key!r} on {type(self.cell).__name__}>"
 
-    # the plain operations (Tracker's): the steps' own, their primitives done at once
-
-    def try_now(self, now: float) -> bool:
-        return self._now.try_now(now)  # type: ignore[no-any-return]
-
-    def acquire(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        return self._now.acquire(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
-
-    def when(
-        self, now: float, *, not_before: float = 0.0, deadline: float | None = None
-    ) -> Admission:
-        return self._now.when(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
-
-    def observe(
-        self,
-        status: int,
-        hints: Hints,
-        now: float,
-        *,
-        sent_at: float | None = None,
-        counted: bool = True,
-    ) -> None:
-        self._now.observe(status, hints, now, sent_at=sent_at, counted=counted)
-
-    def cohort(self, now: float) -> CohortView:
-        return self._now.cohort(now)  # type: ignore[no-any-return]
-
-    def try_retry(self, budget: RetryBudget, now: float) -> bool:
-        return self._now.try_retry(budget, now)  # type: ignore[no-any-return]
-
-    def view(self, now: float) -> OriginView:
-        return self._now.view(now)  # type: ignore[no-any-return]
-
-    def update(self, step: Callable[[OriginState], T]) -> T:
-        return self._now.update(step)  # type: ignore[no-any-return]
-
-    def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
-        return self._now.read(look, fresh=fresh)  # type: ignore[no-any-return]
+    def _plain(self) -> Any:
+        """The plain operations: the steps' own, their primitives done at once."""
+        return self._now
 
     def record_attempt(self, budget: RetryBudget, now: float) -> None:
         steps = self.cell.record_attempt(budget, now)
