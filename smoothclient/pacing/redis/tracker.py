@@ -135,17 +135,27 @@ class RedisCell:
             return self.turn.locked()
         return self.link.loops.taken(self.redis_key)
 
+    def _held(self, now: float) -> OriginState:
+        """A private copy of what the key holds, clamped, with the cohort's counts."""
+        state = load(self.text) if self.text else OriginState()
+        clamped(state, now, self.settings.max_gate)
+        self._count(state)
+        return state
+
+    def _apply(self, state: OriginState, change: Callable[[OriginState], T]) -> T:
+        """``change`` on ``state`` with this process's waiters (admission's queue): its result."""
+        state.queue = self.queue
+        try:
+            return change(state)
+        finally:
+            self.queue = state.queue  # (this process's waiters: kept whatever becomes of state)
+
     def _glance(self, step: Step[T]) -> tuple[T] | None:
         """``step`` on a copy of what the key holds: ``(result,)`` if it writes nothing (a poll)."""
         with self.lock:
-            now = self.link.clock()
-            state = load(self.text) if self.text else OriginState()
-            clamped(state, now, self.settings.max_gate)
-            self._count(state)
+            state = self._held(self.link.clock())
             before = (state.waiting, state.in_flight)
-            state.queue = self.queue
-            result = step(state, self.settings)
-            self.queue = state.queue  # (this process's waiters: kept either way)
+            result = self._apply(state, lambda o: step(o, self.settings))
             if (state.waiting, state.in_flight) != before or dump(state) != self.text:
                 return None
             return (result,)
@@ -302,9 +312,7 @@ class RedisCell:
             before = (state.waiting, state.in_flight)
             if later is not None and later[1]:
                 self.mine[1] -= 1
-            state.queue = self.queue
-            result = step(state, settings) if later is None else again(state)
-            self.queue = state.queue
+            result = self._apply(state, again)
             self.mine[0] += state.waiting - before[0]
             self.mine[1] += state.in_flight - before[1]
             self.deferred.append(again)
@@ -350,18 +358,11 @@ class RedisCell:
             now = self.link.clock()
             self._fade(now)
             in_place = self.dirty is not self.state  # else another write of the copy is out
-            if in_place:
-                state = self.state
-            else:
-                state = load(self.text) if self.text else OriginState()
-                clamped(state, now, self.settings.max_gate)
-                self._count(state)
+            state = self.state if in_place else self._held(now)
             before = (state.waiting, state.in_flight)
             if self.unsent:
                 merge_successes(state, self.unsent)
-            state.queue = self.queue
-            result = step(state, self.settings)
-            self.queue = state.queue
+            result = self._apply(state, lambda o: step(o, self.settings))
             delta = [state.waiting - before[0], state.in_flight - before[1]]
             self.mine = [self.mine[0] + delta[0], self.mine[1] + delta[1]]
             text = dump(state)
