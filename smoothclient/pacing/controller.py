@@ -16,7 +16,7 @@ from collections import deque
 
 from .state import HORIZON, OriginState, Settings
 
-__all__ = ["EPOCH", "SKEW", "noted", "recovered", "throttled"]
+__all__ = ["EPOCH", "SKEW", "forget", "noted", "recovered", "throttled"]
 
 #: The delivered rate is measured over this many seconds.
 EPOCH = 1.0
@@ -250,13 +250,18 @@ def _raise(o: OriginState, now: float, rate: float) -> None:
         pace.tat -= old - pace.interval
 
 
+def forget(o: OriginState) -> None:
+    """The learned rate goes: no rate, no cut, no penalty, nothing measured of the limiter."""
+    o.learned = o.punishes = False
+    o.delivered_rate = o.penalty_from = 0.0
+    o.pace.rate = None
+    o.cut = None
+
+
 def recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) -> None:
     pace = o.pace
     if now - o.last_throttle > s.quiet:
-        o.learned = o.punishes = False
-        o.delivered_rate = o.penalty_from = 0.0
-        pace.rate = None
-        o.cut = None
+        forget(o)
     elif pace.rate is not None and sent_at is not None and sent_at <= o.last_cut:
         # in flight at the cut: part of the delivered rate it measured, which it completes
         # (no sign yet of how the cut rate fares)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 
+from .controller import forget
 from .state import OriginState, Settings
 
 __all__ = ["LEAST", "SERVED", "SHRINK", "SLOW", "crowded", "served", "width"]
@@ -125,11 +126,8 @@ def _take_over(o: OriginState, s: Settings, now: float) -> None:
     """
     if not o.learned or o.punishes or s.shared or now - o.lone_at <= s.quiet:
         return
-    o.learned = False
-    o.pace.rate = None
-    o.cut = None
+    forget(o)
     o.ceiling = math.inf
-    o.delivered_rate = o.penalty_from = 0.0
     o.crowd_window = 1.0
     o.crowded_at = o.crowd_moved = now
 
