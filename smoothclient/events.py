@@ -95,6 +95,9 @@ class CallRecord:
             failed every request: see ``docs/outages.md``), without sending.
         total_wait: seconds waited in all.
         gave_up: why the call gave up (``None``: it ended with a success or a final status).
+        gave_up_kind: the same as one word (``"budget"``, ``"outage"``, ``"closed"``,
+            ``"attempts"``, ``"deadline"``, ``"max_retry_after"``, ``"not_idempotent"``,
+            ``"not_replayable"``, ``"other"``; ``None`` when it did not give up).
         status: the final response's status (``None``: the call ended with an exception).
         cache: what the HTTP cache did (``"hit"``, ``"miss"``, ``"revalidated"``, ``"stale"``,
             ``"bypass"``; ``None``: no cache); see docs/http-cache.md section 4.
@@ -108,6 +111,7 @@ class CallRecord:
     status: int | None = None
     held_for_outage: float = 0.0
     cache: str | None = None
+    gave_up_kind: str | None = None
 
     @property
     def total_wait(self) -> float:
@@ -135,6 +139,7 @@ class CallRecord:
             "retries": [entry.as_dict() for entry in self.retries],
             "pacer_waits": list(self.pacer_waits),
             "held_for_outage": self.held_for_outage,
+            "gave_up_kind": self.gave_up_kind,
         }
         if self.cache is not None:
             data["cache"] = self.cache
@@ -158,6 +163,7 @@ class CallRecord:
             status=data.get("status"),
             held_for_outage=float(data.get("held_for_outage", 0.0)),
             cache=data.get("cache"),
+            gave_up_kind=data.get("gave_up_kind"),
         )
 
 
@@ -187,6 +193,7 @@ class RecordBuilder:
     gave_up: str | None = None
     status: int | None = None
     held_for_outage: float = 0.0
+    gave_up_kind: str | None = None
 
     def freeze(self) -> CallRecord:
         """The record as it stands."""
@@ -198,6 +205,7 @@ class RecordBuilder:
             self.gave_up,
             self.status,
             self.held_for_outage,
+            gave_up_kind=self.gave_up_kind,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -227,4 +235,5 @@ def first_attempt_record(status: int | None = None) -> dict[str, Any]:
         "retries": [],
         "pacer_waits": [],
         "held_for_outage": 0.0,
+        "gave_up_kind": None,
     }

@@ -100,6 +100,7 @@ def test_a_record_round_trips_through_its_dict() -> None:
         pacer_waits=(0.25,),
         gave_up="the retry budget is spent",
         status=429,
+        gave_up_kind="budget",
     )
     assert CallRecord.from_dict(record.as_dict()) == record
     old = CallRecord.from_dict({"attempts": 2, "reasons": ["status 503"], "waits": [0.1]})

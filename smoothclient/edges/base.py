@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ..errors import RateLimited
@@ -349,7 +349,9 @@ class EdgeCore:
 
     def _not_sent(self, origin: str, exc: RateLimited) -> None:
         """A call the pacer would hold too long gives up unsent: its record, the hook told."""
-        unsent = CallRecord(gave_up=str(exc))
+        data = getattr(exc, "smoothclient", None)  # the flow's record of it
+        unsent = CallRecord.from_dict(data) if isinstance(data, dict) else CallRecord()
+        unsent = replace(unsent, gave_up=str(exc), gave_up_kind=unsent.gave_up_kind or "other")
         exc.smoothclient = unsent.as_dict()  # type: ignore[attr-defined]
         self._gave_up(origin, exc, unsent)
 

@@ -23,7 +23,17 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from .. import _mode as testing
-from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide, ends_call
+from ..engine.decide import (
+    CallState,
+    ErrorKind,
+    GiveUp,
+    GiveUpKind,
+    Outcome,
+    Retry,
+    decide,
+    ends_call,
+    spent,
+)
 from ..errors import RateLimited
 from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
@@ -227,6 +237,7 @@ class CallFlow:
             if isinstance(decision, GiveUp):
                 if not decision.final:
                     self.record.gave_up = decision.reason
+                    self.record.gave_up_kind = decision.kind
                     log.debug("%s: giving up: %s", self.describe, decision.reason)
                 return self.record
             yield DISCARD  # first: a hook that raises must not leave the response open
@@ -313,15 +324,20 @@ class CallFlow:
             f"the origin admits no request for {delay:.3g} s ({left} of the deadline or "
             "max_retry_after)"
         )
+        kind: GiveUpKind = "deadline"
         if down is not None:
             reason += f"; it has failed every request for {down:.3g} s, next probe in {delay:.3g} s"
+            kind = "outage"
         if closed is not None:
             reason += (
                 f"; the server said its quota is spent: closed until its reset in {closed:.3g} s"
             )
+            kind = "closed" if down is None else kind
+        self.record.gave_up, self.record.gave_up_kind = reason, kind
         if self.record.attempts == 0:
-            raise RateLimited(f"{self.describe}: {reason}", retry_after=max(delay, closed or 0.0))
-        self.record.gave_up = reason
+            error = RateLimited(f"{self.describe}: {reason}", retry_after=max(delay, closed or 0.0))
+            error.smoothclient = self.record.as_dict()  # type: ignore[attr-defined]
+            raise error
         return False
 
     def _decide(
@@ -362,7 +378,7 @@ class CallFlow:
         if isinstance(decision, Retry) and budget and not _asked_for(outcome):
             room = yield from self._room(decision, state, tracker, budget, now)
             if room is None:
-                return GiveUp(f"{decision.reason}: the retry budget is spent"), outcome
+                return spent(decision), outcome
             decision, now = room, self.clock()
             # the retry is an attempt from now on: counted when taken, not when sent (a herd's
             # retries held by the pacer were taken long before they were sent; the budget

@@ -151,17 +151,41 @@ class Retry:
     window: tuple[float, float]
 
 
+#: Why a call gave up, as a small fixed set (a metric label): the budget was spent, the
+#: origin is down (its next probe is past the deadline), the server said its quota is spent
+#: (closed past the deadline), the attempts were used, the deadline came, the server asked
+#: for a wait over ``max_retry_after``, the method is not idempotent, the body cannot be
+#: replayed, or any other reason (a status or error not retried, the server said not to).
+GiveUpKind = Literal[
+    "budget",
+    "outage",
+    "closed",
+    "attempts",
+    "deadline",
+    "max_retry_after",
+    "not_idempotent",
+    "not_replayable",
+    "other",
+]
+
+
 @dataclass(frozen=True, slots=True)
 class GiveUp:
     """
     Stop: return the last response or raise the last error.  ``reason`` says why.
 
-    ``final`` is True when the outcome was not a failure worth retrying at all (a success, a
-    404): nothing was given up on.
+    ``kind`` says it as one of :data:`GiveUpKind`.  ``final`` is True when the outcome was
+    not a failure worth retrying at all (a success, a 404): nothing was given up on.
     """
 
     reason: str
     final: bool = False
+    kind: GiveUpKind = "other"
+
+
+def spent(retry: Retry) -> GiveUp:
+    """The retry ``retry`` is not taken: the retry budget is spent."""
+    return GiveUp(f"{retry.reason}: the retry budget is spent", kind="budget")
 
 
 Decision = Retry | GiveUp
@@ -206,7 +230,9 @@ def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | 
         if not policy.retry_on_errors:
             return GiveUp(f"{outcome.error} error: errors are not retried")
         if outcome.sent and not idempotent:
-            return GiveUp(f"{outcome.error} error: {state.method} may have been sent")
+            return GiveUp(
+                f"{outcome.error} error: {state.method} may have been sent", kind="not_idempotent"
+            )
         return f"{outcome.error} error"
     status = outcome.status or 0
     hints = outcome.hints
@@ -215,7 +241,7 @@ def _classify(policy: RetryPolicy, state: CallState, outcome: Outcome) -> str | 
     if not retryable_status(policy, status, hints):
         return GiveUp(f"status {status} is not retried", final=True)
     if not idempotent and not (state.idempotent is None and _unacted(policy, status, hints)):
-        return GiveUp(f"status {status}: {state.method} is not idempotent")
+        return GiveUp(f"status {status}: {state.method} is not idempotent", kind="not_idempotent")
     return f"status {status}"
 
 
@@ -241,7 +267,10 @@ def _server_shift(policy: RetryPolicy, outcome: Outcome) -> tuple[float, float] 
     start = retry_after if hints.retry_after is not None else reset
     limit = policy.max_retry_after
     if limit is not None and start > limit:
-        return GiveUp(f"the server asks to wait {start:.3g} s, over max_retry_after {limit:g} s")
+        return GiveUp(
+            f"the server asks to wait {start:.3g} s, over max_retry_after {limit:g} s",
+            kind="max_retry_after",
+        )
     return (start, max(start, reset))
 
 
@@ -271,11 +300,11 @@ def decide(
     if isinstance(why, GiveUp):
         return why
     if state.attempt >= policy.attempts:
-        return GiveUp(f"{why}: {policy.attempts} attempts used")
+        return GiveUp(f"{why}: {policy.attempts} attempts used", kind="attempts")
     if not state.replayable:
-        return GiveUp(f"{why}: the request body cannot be replayed")
+        return GiveUp(f"{why}: the request body cannot be replayed", kind="not_replayable")
     if not budget_ok:
-        return GiveUp(f"{why}: the retry budget is spent")
+        return GiveUp(f"{why}: the retry budget is spent", kind="budget")
     shift = _server_shift(policy, outcome)
     if isinstance(shift, GiveUp):
         return shift
@@ -340,7 +369,9 @@ def _fit_deadline(
         while left > 0 and now + left > deadline:  # float rounding must not pass the deadline
             left = math.nextafter(left, 0.0)
         if start > left:
-            return GiveUp(f"{why}: the next try at {start:.3g} s would pass the deadline")
+            return GiveUp(
+                f"{why}: the next try at {start:.3g} s would pass the deadline", kind="deadline"
+            )
         if spread:
             attempts_left = max(1, policy.attempts - state.attempt)
             spread_to = min(start + (left - start) / attempts_left, policy.wait_max)

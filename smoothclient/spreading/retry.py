@@ -27,7 +27,7 @@ import wrapt
 
 from .. import _mode as testing
 from ..edges.flow import announce
-from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide
+from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide, spent
 from ..events import CallEnded, RecordBuilder
 from ..hints.model import Hints
 from ..pacing.budget import BudgetCounts
@@ -202,9 +202,10 @@ class _Run:
         outcome = Outcome.from_error(failure.kind, sent=True, hints=hints)
         decision = decide(self.policy, self.state, outcome, now=now, rng=self.rng)
         if isinstance(decision, Retry) and self.budget and not self.budget.try_retry(now):
-            decision = GiveUp(f"{decision.reason}: the retry budget is spent")
+            decision = spent(decision)
         if isinstance(decision, GiveUp):
             self.record.gave_up = decision.reason
+            self.record.gave_up_kind = decision.kind
             log.debug("%s: giving up: %s", self.name, decision.reason)
             return None
         error = None if isinstance(exc, _RetryResult) else exc

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from .prometheus import PrometheusHooks
 
 __all__ = [
-    "GIVE_UPS",
     "Hooks",
     "OpenTelemetryHooks",
     "PrometheusHooks",
@@ -53,21 +52,6 @@ def outcome_of(ended: CallEnded) -> str:
     return "error" if ended.exception is not None else "status"
 
 
-#: Why a call gave up, as a metric label: what each reason's words say (the first match
-#: wins; the reasons are written by the engine and the call flow of this package).
-GIVE_UPS: tuple[tuple[str, str], ...] = (
-    ("retry budget is spent", "budget"),
-    ("has failed every request", "outage"),
-    ("quota is spent: closed", "closed"),
-    ("attempts used", "attempts"),
-    ("deadline", "deadline"),
-    ("max_retry_after", "max_retry_after"),
-    ("not idempotent", "not_idempotent"),
-    ("may have been sent", "not_idempotent"),
-    ("cannot be replayed", "not_replayable"),
-)
-
-
 def give_up_of(ended: CallEnded) -> str:
     """
     Why a call gave up, as a small fixed set (a metric label); ``""`` when it did not.
@@ -76,12 +60,13 @@ def give_up_of(ended: CallEnded) -> str:
     ``"outage"`` (the origin is down and the next probe is past the deadline), ``"closed"``
     (a quota the server said is spent resets past the deadline), ``"attempts"``,
     ``"deadline"``, ``"max_retry_after"``, ``"not_idempotent"``, ``"not_replayable"``, or
-    ``"other"`` (a status or error not retried, the server said not to retry).
+    ``"other"`` (a status or error not retried, the server said not to retry; or a record
+    made by hand that does not say).
     """
-    reason = ended.record.gave_up
-    if reason is None:
+    record = ended.record
+    if record.gave_up is None:
         return ""
-    return next((why for words, why in GIVE_UPS if words in reason), "other")
+    return record.gave_up_kind or "other"
 
 
 def _both(first: Callable[[E], Any] | None, then: Callable[[E], Any]) -> Callable[[E], Any]:

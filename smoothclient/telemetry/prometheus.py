@@ -31,8 +31,7 @@ exception), ``unsent`` (given up before the first attempt): see
 :func:`~smoothclient.telemetry.outcome_of`.  A retry's ``reason`` is its kind, one of
 :data:`REASONS` (see :func:`reason_of`), and ``status_class`` the class of the status that
 was retried (``"5xx"``, ``"4xx"``...; ``""`` for an exception).  A give-up's ``why`` is
-one of :data:`~smoothclient.telemetry.GIVE_UPS` (see
-:func:`~smoothclient.telemetry.give_up_of`): how often the budget or an outage stopped
+its kind (see :func:`~smoothclient.telemetry.give_up_of`): how often the budget or an outage stopped
 calls.  Every label takes a small set of values, whatever the servers answer; with many
 origins, ``origin_label=False`` drops that label.
 """

@@ -239,6 +239,7 @@ def test_a_success_ends_the_call_at_once(edge: Call) -> None:
         "retries": [],
         "pacer_waits": [],
         "held_for_outage": 0.0,
+        "gave_up_kind": None,
     }
 
 

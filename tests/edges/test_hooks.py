@@ -82,6 +82,8 @@ def test_give_ups_an_error_status_an_exception_and_a_call_not_sent(clock: FakeCl
     assert record.attempts == 0
     assert record.gave_up is not None
     assert "admits no request for 100 s" in record.gave_up
+    assert record.gave_up_kind == "outage"  # its one answer was a failure: down
+    assert [seen[0][1].record.gave_up_kind, seen[1][1].record.gave_up_kind] == [None, "attempts"]
 
 
 def test_hooks_on_the_async_edge(clock: FakeClock) -> None:

@@ -513,6 +513,7 @@ def test_errors_no_policy_retries_end_on_the_fast_lane(clock: FakeClock, paced: 
                 "retries": [],
                 "pacer_waits": [],
                 "held_for_outage": 0.0,
+                "gave_up_kind": None,
             }
     assert clock.sleeps == []
     view = pacer.view("https://api.test:443")

@@ -182,8 +182,12 @@ def test_why_a_call_gave_up_is_told_from_the_engines_own_reasons() -> None:
 def test_give_ups_are_counted_by_why() -> None:
     registry = CollectorRegistry()
     hooks = PrometheusHooks(registry=registry, origin_label=False)
-    record = CallRecord(attempts=3, gave_up="status 503: the retry budget is spent")
+    record = CallRecord(
+        attempts=3, gave_up="status 503: the retry budget is spent", gave_up_kind="budget"
+    )
     hooks.on_give_up(CallEnded("https://api.test:443", record, status=503))
+    made_by_hand = CallRecord(attempts=3, gave_up="the retry budget is spent")
+    assert give_up_of(CallEnded("https://api.test:443", made_by_hand)) == "other"
     hooks.on_give_up(CallEnded("https://api.test:443", CallRecord(attempts=1), status=404))
     held = CallRecord(attempts=1, held_for_outage=1.5)
     hooks.on_success(CallEnded("https://api.test:443", held, status=200))
