@@ -203,7 +203,11 @@ def answered(o: OriginState, s: Settings, now: float) -> None:
         o.learned = True
         o.ceiling = math.inf  # a slow start: no measured ceiling yet
         o.cut = None
-        o.last_throttle = max(o.last_throttle, now - 1.0)
+        # what gets through from now on is what a 5xx's cut measures (controller.throttled's
+        # "full" second): the outage delivered nothing because nothing was sent, and counted
+        # from a second before the reopening, with the successes of before the outage, the
+        # first cut of a release went to 40 req/s where 80 had got through
+        o.last_throttle, o.through = max(o.last_throttle, now), 0
 
 
 def settled(o: OriginState, now: float) -> None:
