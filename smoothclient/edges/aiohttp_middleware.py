@@ -76,8 +76,20 @@ _LAST: contextvars.ContextVar[tuple[object, float, BaseException | None] | None]
     contextvars.ContextVar("smoothclient_aiohttp_last", default=None)
 )
 
-#: ``CIMultiDictProxy``: its names (all of them, in C) and its pairs.
-HEADER_ACCESS = FieldAccess(operator.methodcaller("keys"), operator.methodcaller("items"))
+
+def _names(headers: Any) -> list[object]:
+    return list(map(_NAME, headers.items()))  # (keys() names a repeated field once)
+
+
+def _values(headers: Any) -> list[object]:
+    return list(headers.values())
+
+
+_NAME = operator.itemgetter(0)
+
+#: ``CIMultiDictProxy``: its names, its pairs, and its values in the order of its names (the
+#: fields are read by their places: 1.7 us a response, 9.1 by its pairs).
+HEADER_ACCESS = FieldAccess(_names, operator.methodcaller("items"), values=_values)
 
 
 def _failure(exc: Exception) -> Failure | None:

@@ -99,3 +99,18 @@ def test_requests_headers_read_by_place_as_name_by_name(pairs: list[tuple[str, s
     assert collect(headers, REQUESTS) == listed
     assert collect(headers, REQUESTS) == listed
     assert collect(headers, GENERIC) == listed
+
+
+@given(_HEADERS)
+def test_aiohttp_headers_read_by_place_as_name_by_name(pairs: list[tuple[str, str]]) -> None:
+    """aiohttp's CIMultiDictProxy (names repeated, any case) reads the same either way."""
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from smoothclient.edges.aiohttp_middleware import HEADER_ACCESS as AIOHTTP
+
+    headers = CIMultiDictProxy(CIMultiDict(pairs))
+    listed = collect(headers, FieldAccess(AIOHTTP.names, AIOHTTP.pairs))
+    assert AIOHTTP.values is not None
+    assert collect(headers, AIOHTTP) == listed
+    assert collect(headers, AIOHTTP) == listed
+    assert collect(headers, GENERIC) == listed
