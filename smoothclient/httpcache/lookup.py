@@ -12,6 +12,7 @@ docs/http-cache.md says how the whole works.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable
@@ -24,14 +25,18 @@ from .rules import (
     CACHEABLE_METHODS,
     SAFE_METHODS,
     cache_key,
+    caller_conditional,
     conditional_headers,
     freshness,
     header,
     invalidated_urls,
     merge_304,
+    not_modified,
+    not_modified_headers,
     request_rules,
     storable,
     usable,
+    validated_by_304,
     vary_values,
 )
 
@@ -135,6 +140,9 @@ class Lookup:
         self.headers = headers
         self.rules, self.directives = request_rules(headers)
         self.key = _key(self.method, url, headers) if self.method in CACHEABLE_METHODS else ""
+        #: The caller sent its own validators: they go to the origin as they are, and a
+        #: stored response they select is answered with a 304 (docs/http-cache.md section 1).
+        self.conditional = bool(self.key) and caller_conditional(headers)
         self.entry: Entry | None = None
         self.label: CacheLabel = "bypass"
         self.claimed = False
@@ -159,18 +167,25 @@ class Lookup:
         if entry is None:
             if rules.only_if_cached:
                 return Refuse()
-            if not cache.coalesces(self.key) or self._claim():
+            # (a caller's conditional miss is not waited for: its answer is likely a 304)
+            if self.conditional or not cache.coalesces(self.key) or self._claim():
                 return self._fetch(None)
             return self._wait()
         fresh = entry.freshness
+        held = self._held(entry)
         if usable(fresh, rules, now):
-            if not rules.only_if_cached and cache.due(entry, now) and self._early():
-                return self._fetch(entry)  # early: still fresh, so it stands in on failure
+            if not rules.only_if_cached:
+                if held is False:  # the caller holds another copy: the origin says which
+                    return self._fetch(entry)
+                if cache.due(entry, now) and self._early():
+                    return self._fetch(entry)  # early: still fresh, so it stands in on failure
             return self._serve(entry, "hit")
         if rules.only_if_cached:
             return Refuse()
         if fresh.revalidate or rules.revalidate:  # each use is validated: no coalescing
             return self._fetch(entry)
+        if self.conditional:  # stale: validated with the caller's validators, never behind
+            return self._fetch(entry) if held is False or self._claim() else self._wait()
         swr = not entry.strict and fresh.age(now) - entry.lifetime <= entry.swr
         if self._claim():
             return self._serve(entry, "stale", background=True) if swr else self._fetch(entry)
@@ -203,23 +218,40 @@ class Lookup:
         self.waited += POLL
         return Wait(POLL)
 
+    def _held(self, entry: Entry) -> bool | None:
+        """
+        Whether the caller's own validators select ``entry`` (``None``: they do not apply).
+
+        They apply to a conditional request, and to a stored 2xx only (the origin ignores them
+        for any other status, RFC 9110 section 13.2.1: the stored response answers as it is).
+        """
+        if not self.conditional or not 200 <= entry.status < 300:
+            return None
+        return not_modified(entry.headers, self.headers)
+
     def _serve(self, entry: Entry, label: CacheLabel, *, background: bool = False) -> Serve:
         self._count(label)
-        return Serve(aged(entry, self.cache.clock()), label, background)
+        served = aged(entry, self.cache.clock())
+        if self._held(entry):  # the caller has this response already: a 304, no body
+            headers = tuple(not_modified_headers(served.headers))
+            served = dataclasses.replace(served, status=304, headers=headers, body=b"")
+        return Serve(served, label, background)
 
     def _count(self, label: CacheLabel) -> None:
         self.label = label
         self.cache.counts[label] += 1
 
     def _fetch(self, entry: Entry | None) -> Fetch:
-        """Go to the origin, with ``entry``'s validators."""
+        """Go to the origin, with ``entry``'s validators (or the caller's own, as they are)."""
         self.entry = entry
         self.sent = self.cache.clock()
         if self.bypass:
             self.label = "bypass"
             return Fetch({})
         self.label = "miss"
-        return Fetch({} if entry is None else conditional_headers(entry.headers))
+        if entry is None or self.conditional:
+            return Fetch({})
+        return Fetch(conditional_headers(entry.headers))
 
     def background(self) -> Fetch:
         """After :class:`Serve` with ``background``: the revalidation to send."""
@@ -236,22 +268,10 @@ class Lookup:
             self._count("bypass")
             return Pass()
         entry = self.entry
+        if status == 304 and self.conditional:
+            return self._not_modified(entry, pairs, now)
         if status == 304 and entry is not None:
-            merged = merge_304(entry.headers, pairs)
-            updated = cache.entry(
-                self.key,
-                self.headers,
-                entry.status,
-                merged,
-                entry.body,
-                self.sent,
-                now,
-                due=entry.born + entry.refresh,
-            )
-            cache.put(updated)
-            self.done()
-            self._count("revalidated")
-            return Serve(aged(updated, now), "revalidated")
+            return Serve(aged(self._freshen(entry, pairs, now), now), "revalidated")
         if status in ERROR_STATUSES and entry is not None:
             stand_in = self._stand_in(entry, now)
             if stand_in is not None:
@@ -267,6 +287,37 @@ class Lookup:
             self.done(cacheable=False)
             return Pass()
         return Keep(Recorder(self, status, pairs, now))
+
+    def _not_modified(self, entry: Entry | None, pairs: list[tuple[str, str]], now: float) -> Pass:
+        """
+        A 304 to the caller's own validators: theirs to have (it is what they asked).
+
+        When it is about the stored response too, that is freshened by it first; a 304 about
+        another copy (one the caller holds) leaves the store as it was.
+        """
+        if entry is None or not validated_by_304(entry.headers, pairs, self.headers):
+            self.done()
+            self._count("miss")
+            return Pass()
+        self._freshen(entry, pairs, now)
+        return Pass()
+
+    def _freshen(self, entry: Entry, pairs: list[tuple[str, str]], now: float) -> Entry:
+        """``entry`` updated by a 304 received ``now`` and stored (the lookup ends)."""
+        updated = self.cache.entry(
+            self.key,
+            self.headers,
+            entry.status,
+            merge_304(entry.headers, pairs),
+            entry.body,
+            self.sent,
+            now,
+            due=entry.born + entry.refresh,
+        )
+        self.cache.put(updated)
+        self.done()
+        self._count("revalidated")
+        return updated
 
     def _storable(self, status: int, pairs: list[tuple[str, str]]) -> bool:
         lifetime = freshness(pairs, self.sent, self.cache.clock(), status=status).lifetime

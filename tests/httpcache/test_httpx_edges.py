@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import ModuleType, SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import anyio
@@ -37,8 +37,14 @@ from smoothclient.testing import FakeClock
 URL = "https://api.test/items"
 #: An answer of the fake origin: (status, headers, body).
 Answer = tuple[int, dict[str, str], bytes]
-#: A client of one edge: GET ``URL`` -> (status, text, record dict).
-Get = Callable[[], tuple[int, str, dict[str, Any]]]
+
+
+class Get(Protocol):
+    """A client of one edge: GET ``URL`` (with ``headers``) -> (status, text, record dict)."""
+
+    def __call__(self, headers: dict[str, str] | None = None) -> tuple[int, str, dict[str, Any]]:
+        """One call."""
+        ...
 
 
 class _Origin(BaseHTTPRequestHandler):
@@ -89,10 +95,10 @@ def _aiohttp_edge(origin: Callable[[Any], Answer], cache: HttpCache, policy: Ret
     clock = FakeClock()
     edge = SmoothMiddleware(policy=policy, pacer=Pacer(clock=clock), cache=cache)
 
-    def get() -> tuple[int, str, dict[str, Any]]:
+    def get(headers: dict[str, str] | None = None) -> tuple[int, str, dict[str, Any]]:
         async def one() -> tuple[int, str, dict[str, Any]]:
             async with aiohttp.ClientSession(middlewares=(edge,)) as session:
-                async with session.get(url) as response:
+                async with session.get(url, headers=headers) as response:
                     text = await response.text()
                     record = response.smoothclient  # type: ignore[attr-defined]
                 await asyncio.sleep(0.01)  # a background revalidation runs meanwhile, to its end
@@ -132,8 +138,8 @@ def _edge(
         )
         client = lib.Client(transport=transport)
 
-        def get() -> tuple[int, str, dict[str, Any]]:
-            response = client.get(URL)
+        def get(headers: dict[str, str] | None = None) -> tuple[int, str, dict[str, Any]]:
+            response = client.get(URL, headers=headers)
             return response.status_code, response.text, response.extensions["smoothclient"]
 
         return get, ended
@@ -145,10 +151,10 @@ def _edge(
         sleep=clock.async_sleep,
     )
 
-    def aget() -> tuple[int, str, dict[str, Any]]:
+    def aget(headers: dict[str, str] | None = None) -> tuple[int, str, dict[str, Any]]:
         async def one() -> tuple[int, str, dict[str, Any]]:
             async with lib.AsyncClient(transport=atransport) as client:
-                response = await client.get(URL)
+                response = await client.get(URL, headers=headers)
                 record = response.extensions["smoothclient"]
                 await anyio.sleep(0.01)  # a background revalidation runs meanwhile
                 return response.status_code, response.text, record
@@ -269,6 +275,38 @@ def test_stale_while_revalidate_answers_at_once_and_refreshes_behind(
             break
         anyio.run(anyio.sleep, 0.01)
     assert get()[1] == "v2"
+
+
+@pytest.mark.parametrize(("lib", "sync", "backend"), EDGES)
+def test_the_callers_own_validators_get_a_304_from_the_store_or_from_the_origin(
+    lib: ModuleType, sync: bool, backend: str
+) -> None:
+    """A fresh stored response they select: a 304 hit; stale: theirs sent as they are."""
+    now = [1000.0]
+    sent: list[tuple[str | None, str | None]] = []
+    fields = {
+        "ETag": '"v1"',
+        "Cache-Control": "max-age=60",
+        "Last-Modified": "Tue, 14 Nov 2023 21:13:20 GMT",
+    }
+
+    def origin(request: Any) -> Answer:
+        tag = request.headers.get("if-none-match")
+        sent.append((tag, request.headers.get("if-modified-since")))
+        return (304, fields, b"") if tag == '"v1"' else (200, fields, b"body")
+
+    get, ended = _edge(lib, sync, backend, origin, HttpCache(clock=lambda: now[0]))
+    assert get()[:2] == (200, "body")
+    status, text, record = get({"If-None-Match": '"v1"'})
+    assert (status, text, record["cache"], record["attempts"]) == (304, "", "hit", 0)
+    assert [e.record.cache for e in ended][-1] == "hit"
+    assert len(sent) == 1
+    now[0] += 90  # stale
+    status, text, record = get({"If-None-Match": '"v1"'})
+    assert (status, text, record["cache"]) == (304, "", "revalidated")
+    assert sent[-1] == ('"v1"', None)  # the caller's, not the store's If-Modified-Since added
+    assert get()[:2] == (200, "body")  # freshened by the 304
+    assert len(sent) == 2
 
 
 def test_cache_must_be_an_http_cache() -> None:

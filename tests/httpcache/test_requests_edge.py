@@ -112,6 +112,36 @@ def test_a_revalidation_goes_through_the_flow_with_validators() -> None:
     assert adapter.sent[-1].headers["If-None-Match"] == '"v1"'
 
 
+def test_the_callers_own_validators_get_a_304_from_the_store_or_from_the_origin() -> None:
+    """A fresh stored response they select: a 304 hit; stale: theirs sent as they are."""
+    now = [1000.0]
+    fields = {
+        "Cache-Control": "max-age=60",
+        "ETag": '"v1"',
+        "Last-Modified": "Tue, 14 Nov 2023 21:13:20 GMT",
+    }
+    s, adapter, ended = session([(200, fields, b"body"), (304, fields, b"")], clock=lambda: now[0])
+    s.get(URL)
+    mine = {"If-None-Match": '"v1"'}
+    hit = s.get(URL, headers=mine)
+    assert (hit.status_code, hit.content) == (304, b"")
+    assert hit.headers["ETag"] == '"v1"'
+    assert "Content-Length" not in hit.headers
+    assert (record_of(hit).cache, record_of(hit).attempts) == ("hit", 0)  # type: ignore[union-attr]
+    assert ended[-1].record.cache == "hit"
+    assert len(adapter.sent) == 1
+    now[0] += 90  # stale
+    validated = s.get(URL, headers=mine)
+    assert (validated.status_code, validated.content) == (304, b"")
+    assert record_of(validated).cache == "revalidated"  # type: ignore[union-attr]
+    assert adapter.sent[-1].headers["If-None-Match"] == '"v1"'
+    assert "If-Modified-Since" not in adapter.sent[-1].headers  # the caller's, as they are
+    again = s.get(URL)
+    assert (again.status_code, again.text) == (200, "body")  # freshened by the 304
+    assert record_of(again).cache == "hit"  # type: ignore[union-attr]
+    assert len(adapter.sent) == 2
+
+
 def test_stale_if_error_answers_for_a_connection_error() -> None:
     s, _adapter, _ = session(
         [
