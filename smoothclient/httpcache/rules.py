@@ -359,14 +359,74 @@ def vary_names(headers: Headers) -> tuple[str, ...]:
     return tuple(sorted(names))[:MAX_DIRECTIVES]
 
 
+#: Request fields whose value is a list of members with parameters (RFC 9110 sections 5.6.1,
+#: 5.6.6, 12.5): the whitespace around their commas and semicolons is no part of them.
+_LIST_FIELDS = frozenset({"accept", "accept-charset", "accept-encoding", "accept-language"})
+#: ... and those whose members are case-insensitive throughout: charsets, content codings,
+#: language ranges, and the weight's ``q`` (RFC 9110 sections 8.3.2, 8.4.1, 8.5.1, 12.4.2).
+_CASELESS_FIELDS = frozenset({"accept-charset", "accept-encoding", "accept-language"})
+
+
 def vary_values(names: Iterable[str], request: Headers) -> tuple[str | None, ...]:
-    """The request's values of the fields ``names`` (whitespace normalised), in order."""
+    """
+    The request's values of the fields ``names``, in order, normalised (RFC 9111 section 4.1).
+
+    Two values that differ only where the field's syntax says nothing does are the same
+    value: the lines of a repeated field are joined by ``", "``; whitespace around a value
+    and runs of it inside are one space (or none); a field of :data:`_LIST_FIELDS` loses the
+    whitespace around its commas and semicolons and its empty members, and is lowercased
+    where its syntax is case-insensitive (the whole member, or an ``Accept`` media range and
+    its parameter names, never a parameter's value).  The order of members is kept:
+    ``Accept-Language: en, de`` and ``de, en`` may mean different preferences.
+    """
     pairs = list(request)
-    return tuple(_normal(header(pairs, name)) for name in names)
+    return tuple(_normal(name, header(pairs, name)) for name in names)
 
 
-def _normal(value: str | None) -> str | None:
-    return None if value is None else " ".join(value.split())
+def _normal(name: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    if name in _LIST_FIELDS:
+        return ",".join(_normal_member(name, member) for member in _members(value, ","))
+    return " ".join(value.split())
+
+
+def _normal_member(name: str, member: str) -> str:
+    """One member of a list field: its parts stripped, lowercased where that means nothing."""
+    parts = [" ".join(part.split()) for part in _members(member, ";")]
+    if name in _CASELESS_FIELDS:
+        return ";".join(part.lower() for part in parts)
+    first, *parameters = parts or [""]
+    named = []
+    for parameter in parameters:
+        key, eq, value = parameter.partition("=")
+        named.append(key.lower() + eq + value)
+    return ";".join([first.lower(), *named])
+
+
+def _members(value: str, separator: str) -> list[str]:
+    """
+    ``value`` split at ``separator`` outside quoted strings, stripped, empty ones dropped.
+
+    A backslash inside a quoted string escapes the next character (RFC 9110 section 5.6.4).
+    """
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = escaped = False
+    for char in value:
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char == separator and not quoted:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [stripped for part in parts if (stripped := part.strip())]
 
 
 def cache_key(method: str, url: str) -> str:

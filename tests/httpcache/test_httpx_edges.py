@@ -309,6 +309,25 @@ def test_the_callers_own_validators_get_a_304_from_the_store_or_from_the_origin(
     assert len(sent) == 2
 
 
+@pytest.mark.parametrize(("lib", "sync", "backend"), EDGES)
+def test_a_variant_answers_values_that_differ_only_in_form(
+    lib: ModuleType, sync: bool, backend: str
+) -> None:
+    """Vary: Accept-Language; the same languages, spaced and cased otherwise, are a hit."""
+    sent: list[Any] = []
+
+    def origin(request: Any) -> Answer:
+        sent.append(request)
+        return 200, {"Cache-Control": "max-age=60", "Vary": "Accept-Language"}, b"en"
+
+    get, _ = _edge(lib, sync, backend, origin, HttpCache())
+    assert get({"Accept-Language": "en-US, de;q=0.5"})[2]["cache"] == "miss"
+    status, text, record = get({"Accept-Language": "EN-us ,de ;Q=0.5"})
+    assert (status, text, record["cache"]) == (200, "en", "hit")
+    assert get({"Accept-Language": "de;q=0.5, en-US"})[2]["cache"] == "miss"  # another order
+    assert len(sent) == 2
+
+
 def test_cache_must_be_an_http_cache() -> None:
     with pytest.raises(TypeError, match="cache must be an HttpCache"):
         SmoothTransport(cache={})  # type: ignore[arg-type]

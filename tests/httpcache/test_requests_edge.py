@@ -142,6 +142,19 @@ def test_the_callers_own_validators_get_a_304_from_the_store_or_from_the_origin(
     assert len(adapter.sent) == 2
 
 
+def test_a_variant_answers_values_that_differ_only_in_form() -> None:
+    """Vary: Accept-Language; the same languages, spaced and cased otherwise, are a hit."""
+    fields = {"Cache-Control": "max-age=60", "Vary": "Accept-Language"}
+    s, adapter, _ = session([(200, fields, b"en")])
+    first = s.get(URL, headers={"Accept-Language": "en-US, de;q=0.5"})
+    assert record_of(first).cache == "miss"  # type: ignore[union-attr]
+    hit = s.get(URL, headers={"Accept-Language": "EN-us ,de ;Q=0.5"})
+    assert (hit.text, record_of(hit).cache) == ("en", "hit")  # type: ignore[union-attr]
+    other = s.get(URL, headers={"Accept-Language": "de;q=0.5, en-US"})  # another order
+    assert record_of(other).cache == "miss"  # type: ignore[union-attr]
+    assert len(adapter.sent) == 2
+
+
 def test_stale_if_error_answers_for_a_connection_error() -> None:
     s, _adapter, _ = session(
         [

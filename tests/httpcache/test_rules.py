@@ -185,7 +185,7 @@ def test_must_revalidate_refuses_max_stale() -> None:
 def test_vary() -> None:
     names = vary_names(h(vary="Accept-Encoding, accept ,Accept"))
     assert names == ("accept", "accept-encoding")
-    assert vary_values(names, h(accept="a/b", accept_encoding="gzip,  br")) == ("a/b", "gzip, br")
+    assert vary_values(names, h(accept="a/b", accept_encoding="gzip,  br")) == ("a/b", "gzip,br")
     assert vary_values(names, []) == (None, None)
 
 
