@@ -1131,3 +1131,53 @@ def test_a_trip_timed_out_on_a_starved_loop_is_load_not_an_outage(server: RedisS
     assert not admission.final  # asked again: no slot taken that Redis never heard of
     assert not cell.away  # nothing handed to memory
     assert KeyTracker(cell.fallback).view(pacer.clock()).waiting == 0
+
+
+def test_an_attempt_counted_toward_a_budget_never_holds_its_send(server: RedisServer) -> None:
+    """
+    Between its slot and its send a request counts its attempt toward the retry budget: on the
+    copy at once, no round trip, not behind another task's turn of the key; the fleet learns
+    it with this process's next step, once.
+
+    Written at once, the count waited for the key's turn behind a herd's steps: a thousand
+    tasks on one loop sent their requests up to 0.6 s after their slots, past the 0.2 s a
+    bucket of 20 at 100/s holds, and the late ones arrived together: 10-25 429s a run where
+    the in-memory pacer sent none (benchmarks/herd.py --load 1000).
+    """
+    import asyncio
+
+    from smoothclient.policy import DEFAULT_BUDGET
+
+    a, b = fleet(server)
+    tracker = a.track(ORIGIN)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
+    tracker.update(_answered_before)  # the key read, the scripts loaded
+
+    def attempts(pacer: Pacer, fresh: bool = True) -> int:
+        track = pacer.track(ORIGIN)
+        counts = track.read(lambda o: o.budget(DEFAULT_BUDGET).buckets, fresh=fresh)
+        return sum(int(bucket[1]) for bucket in counts)
+
+    async def while_the_turn_is_held() -> float:
+        turn = cell.link.loops.turn(cell.redis_key)
+        await turn.acquire()  # another task's step on the key is out
+        try:
+            started = time.monotonic()
+            await asyncio.wait_for(
+                run_async(tracker.steps.record_attempt(DEFAULT_BUDGET, a.clock())), 0.5
+            )
+            return time.monotonic() - started
+        finally:
+            turn.release()
+
+    before = _evalsha_calls(server)
+    assert asyncio.run(while_the_turn_is_held()) < 0.05
+    tracker.record_attempt(DEFAULT_BUDGET, a.clock())  # a thread's (the sync driver)
+    assert _evalsha_calls(server) - before == 0  # no round trip
+    assert attempts(a, fresh=False) == 2  # this process counts them at once (its copy)
+    assert attempts(b) == 0  # the fleet with the next step
+    tracker.update(lambda o: None)
+    assert attempts(b) == 2
+    tracker.update(lambda o: None)
+    assert attempts(b) == 2  # written once

@@ -29,7 +29,10 @@ atomic across the fleet.
   next slot), or, when none comes, instead of its next read of the key (the copy is trusted
   :data:`TRUST` seconds); until written it is applied again to every state adopted from
   Redis, so none is lost or taken twice.  Any other answer (a throttle, a spent quota, a
-  ``Retry-After``, the answer to a probe the others wait for) is written at once.
+  ``Retry-After``, the answer to a probe the others wait for) is written at once.  Its
+  attempt's count toward a retry budget, taken between its slot and its send, goes the same
+  way: written at once, it held the send behind the key's turn (a herd's sends went up to
+  0.6 s after their slots and arrived together, past a bucket's burst).
 - **Healthy origins cost nothing**: the fast lane trusts this process's copy for
   :data:`TRUST` seconds before it reads the key again.
 - **Faults fail open**: Redis down, slow (over ``timeout``) or erroring, and the store falls

@@ -586,8 +586,25 @@ class RedisCell:
             self.fallback.note_success(now)
 
     def record_attempt(self, budget: RetryBudget, now: float) -> Steps[None]:
-        """A step: the budget's counts are the fleet's (written at once)."""
-        return self.update(lambda o, _s: o.budget(budget).record_request(now))
+        """
+        A step: the budget's counts are the fleet's, written with this process's next step.
+
+        Counted on the copy at once, like an answer that closes nothing (:meth:`defer`): an
+        attempt is counted between its slot and its send, so a count written at once held the
+        send behind the key's turn and a round trip (a thousand tasks on one loop: sends 0.4 s
+        late after their slots, past a bucket's 0.2 s of burst, arriving together: a storm
+        of 429s).  The others learn it a step later, which only holds their retries back.
+        """
+
+        def count(o: OriginState, _s: Settings, _counted: bool = False) -> None:
+            o.budget(budget).record_request(now)
+
+        return self.update(count, later=(count, False, _always))
+
+
+def _always(_o: OriginState) -> bool:
+    """An update that may always wait for the next step (:meth:`RedisCell.record_attempt`)."""
+    return True
 
 
 def _unchanged(_o: object, _s: object) -> None:
