@@ -377,6 +377,7 @@ def view(origin: str, o: OriginState, now: float) -> OriginView:
         _window(o),
         None if o.outage.down_since is None else max(0.0, now - o.outage.down_since),
         None if o.closed is None or o.closed <= now else o.closed - now,
+        min((c.room(now) for c in o.budgets.values()), default=None),
     )
 
 

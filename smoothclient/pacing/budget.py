@@ -45,13 +45,18 @@ class BudgetCounts:
             return
         self._bucket(now)[1] += 1
 
+    def room(self, now: float) -> float:
+        """How many retries the budget allows now (its counts untouched: a view's)."""
+        horizon = math.floor(now) - self.budget.window
+        live = [b for b in self.buckets if b[0] > horizon]
+        budget = self.budget
+        allowed = budget.ratio * sum(b[1] for b in live) + budget.min_per_second * budget.window
+        return max(0.0, allowed - sum(b[2] for b in live))
+
     def has_room(self, now: float) -> bool:
         """Whether one more retry fits the budget now."""
         self._bucket(now)
-        requests = sum(b[1] for b in self.buckets)
-        retries = sum(b[2] for b in self.buckets)
-        budget = self.budget
-        return retries + 1 <= budget.ratio * requests + budget.min_per_second * budget.window
+        return self.room(now) >= 1
 
     def try_retry(self, now: float) -> bool:
         """Take room for one retry if the budget has it; return whether it did."""

@@ -138,6 +138,9 @@ class OriginView:
     down_for: float | None = None  # how long the origin has been down (failing everything)
     # a throttle said the quota is spent: closed for this long, until its stated reset
     closed_for: float | None = None
+    # the retries the origin's retry budget allows now (the fewest, with several budgets;
+    # None: no budget has counted a request here)
+    retries_left: float | None = None
 
 
 @dataclass(slots=True)

@@ -19,17 +19,22 @@ from ..policy import DEFAULT_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
     from .otel import OpenTelemetryHooks
-    from .prometheus import PrometheusHooks
+    from .prometheus import PacerCollector, PrometheusHooks
 
 __all__ = [
     "Hooks",
     "OpenTelemetryHooks",
+    "PacerCollector",
     "PrometheusHooks",
     "give_up_of",
     "outcome_of",
 ]
 #: The adapters, each loaded on first use (each needs its extra).
-NAMES: dict[str, str] = {"OpenTelemetryHooks": "otel", "PrometheusHooks": "prometheus"}
+NAMES: dict[str, str] = {
+    "OpenTelemetryHooks": "otel",
+    "PacerCollector": "prometheus",
+    "PrometheusHooks": "prometheus",
+}
 __getattr__ = namespace(__name__, NAMES, globals(), {"otel": "otel", "prometheus": "prometheus"})
 
 E = TypeVar("E")

@@ -26,6 +26,27 @@ metric                               labels                          what
                                                                      for an outage
 ==================================== =============================== ========================
 
+And what a pacer holds now, per origin, from :class:`PacerCollector` (registered once per
+pacer: ``registry.register(PacerCollector(pacer))``), read at each scrape from its views:
+
+==================================== =============================== ========================
+metric                               labels                          what
+==================================== =============================== ========================
+``smoothclient_origin_down_seconds`` origin                          how long the origin has
+                                                                     failed everything (0:
+                                                                     it is up)
+``smoothclient_origin_closed_seconds`` origin                        how long a quota stated
+                                                                     spent stays closed
+``smoothclient_origin_retries_left`` origin                          retries its retry budget
+                                                                     allows now
+``smoothclient_origin_rate``         origin                          the rate it is paced at
+                                                                     (req/s; absent: unpaced)
+``smoothclient_origin_waiting``      origin                          requests waiting for a
+                                                                     slot
+``smoothclient_origin_in_flight``    origin                          requests sent, not yet
+                                                                     answered
+==================================== =============================== ========================
+
 ``outcome`` is one of ``success``, ``status`` (an error status returned), ``error`` (an
 exception), ``unsent`` (given up before the first attempt): see
 :func:`~smoothclient.telemetry.outcome_of`.  A retry's ``reason`` is its kind, one of
@@ -40,14 +61,20 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..events import CallEnded, RetryEvent
 from . import Hooks, give_up_of, outcome_of
 
+if TYPE_CHECKING:
+    from ..pacing.pacer import Pacer
+    from ..pacing.state import OriginView
+
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily, Metric
 except ModuleNotFoundError as exc:  # pragma: no cover - the extra is part of the test setup
     msg = (
         "smoothclient.telemetry.PrometheusHooks needs prometheus: "
@@ -55,7 +82,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - the extra is part of th
     )
     raise ImportError(msg, name=exc.name) from exc
 
-__all__ = ["REASONS", "PrometheusHooks", "reason_of", "status_class"]
+__all__ = ["REASONS", "PacerCollector", "PrometheusHooks", "reason_of", "status_class"]
 
 #: Buckets of the wait histograms, in seconds: a fast retry to a long ``Retry-After``.
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -283,3 +310,87 @@ class PrometheusHooks(Hooks):
         if ended.record.held_for_outage > 0:
             origin = self._labels(ended.origin)
             (self.held.labels(*origin) if origin else self.held).inc(ended.record.held_for_outage)
+
+
+#: What :class:`PacerCollector` reports of each origin's view: name, help, the value (or
+#: ``None``: not reported for that origin).
+_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("origin_down_seconds", "Seconds the origin has failed every request (0: up)", "down"),
+    ("origin_closed_seconds", "Seconds a quota stated spent stays closed", "closed"),
+    ("origin_retries_left", "Retries the origin's retry budget allows now", "retries"),
+    ("origin_rate", "The rate the origin is paced at (requests per second)", "rate"),
+    ("origin_waiting", "Requests waiting for a slot", "waiting"),
+    ("origin_in_flight", "Requests sent and not yet answered", "in_flight"),
+)
+
+
+def _gauge_value(view: OriginView, what: str) -> float | None:
+    if what == "down":
+        return view.down_for or 0.0
+    if what == "closed":
+        return view.closed_for or 0.0
+    if what == "retries":
+        return view.retries_left
+    if what == "rate":
+        return view.rate
+    return float(view.waiting if what == "waiting" else view.in_flight)
+
+
+class PacerCollector:
+    """
+    Gauges of what a pacer holds now, per origin: down, closed, retry budget, rate, counts.
+
+    Read from :meth:`Pacer.view <smoothclient.Pacer.view>` at each scrape (through a shared
+    store, its state as the fleet shares it).  Register it once per pacer and registry::
+
+        REGISTRY.register(PacerCollector(pacer))
+
+    Args:
+        pacer: the pacer whose origins are reported.
+        namespace: the metrics' name prefix.
+        origin_label: ``False`` reports nothing (the gauges are per origin; without the label
+            they would say nothing of which origin is down).
+    """
+
+    def __init__(
+        self, pacer: Pacer, *, namespace: str = "smoothclient", origin_label: bool = True
+    ) -> None:
+        """Report ``pacer``'s origins under ``namespace``."""
+        if not isinstance(namespace, str) or not namespace:
+            msg = f"namespace must be a non-empty string, not {namespace!r}"
+            raise TypeError(msg)
+        if not callable(getattr(pacer, "view", None)) or not callable(
+            getattr(pacer, "origins", None)
+        ):
+            msg = f"pacer must be a smoothclient Pacer, not {type(pacer).__name__}"
+            raise TypeError(msg)
+        self.pacer = pacer
+        self.namespace = namespace
+        self.origin_label = bool(origin_label)
+
+    def _families(self) -> list[tuple[GaugeMetricFamily, str]]:
+        return [
+            (GaugeMetricFamily(f"{self.namespace}_{name}", doc, labels=["origin"]), what)
+            for name, doc, what in _GAUGES
+        ]
+
+    def describe(self) -> Iterator[Metric]:
+        """The metrics' names (no view is read when registering)."""
+        for family, _ in self._families():
+            yield family
+
+    def collect(self) -> Iterator[Metric]:
+        """One sample per origin remembered and gauge (a view that fails is skipped)."""
+        families = self._families()
+        if self.origin_label:
+            for origin in self.pacer.origins():
+                try:
+                    view = self.pacer.view(origin)
+                except Exception:  # a scrape never fails for one origin
+                    continue
+                for family, what in families:
+                    value = _gauge_value(view, what)
+                    if value is not None:
+                        family.add_metric([origin], value)
+        for family, _ in families:
+            yield family
