@@ -25,19 +25,21 @@ from .rules import (
     CACHEABLE_METHODS,
     SAFE_METHODS,
     cache_key,
-    caller_conditional,
-    conditional_headers,
     freshness,
     header,
     invalidated_urls,
-    merge_304,
-    not_modified,
-    not_modified_headers,
     request_rules,
     storable,
     usable,
-    validated_by_304,
     vary_values,
+)
+from .validation import (
+    caller_conditional,
+    conditional_headers,
+    merge_304,
+    not_modified,
+    not_modified_headers,
+    validated_by_304,
 )
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from smoothclient.httpcache.lookup import Fetch, Lookup, Wait
-from smoothclient.httpcache.rules import (
+from smoothclient.httpcache.validation import (
     caller_conditional,
     not_modified,
     not_modified_headers,

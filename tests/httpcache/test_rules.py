@@ -11,18 +11,17 @@ from hypothesis import strategies as st
 from smoothclient.httpcache import rules
 from smoothclient.httpcache.rules import (
     cache_key,
-    conditional_headers,
     directives,
     freshness,
     http_date,
     invalidated_urls,
-    merge_304,
     request_rules,
     storable,
     usable,
     vary_names,
     vary_values,
 )
+from smoothclient.httpcache.validation import conditional_headers, merge_304
 
 NOW = 1_700_000_000.0
 DATE = "Tue, 14 Nov 2023 22:13:20 GMT"  # = NOW
