@@ -2,23 +2,38 @@
 What a key of the Redis store is called and holds beyond the state's rules.
 
 Its name (:func:`redis_key`: hash-tagged by origin, so an origin's keys share a cluster's
-slot), how long it outlives its state (:func:`horizon`), and how a process's plain successes
-join the state it writes (:func:`merge_successes`).
+slot), how long it outlives its state (:func:`horizon`), how a process's plain successes
+join the state it writes (:func:`merge_successes`), and the other processes' counts read from
+it (:func:`others_of`).
 """
 
 from __future__ import annotations
 
 import heapq
+import json
 import math
 from collections import deque
+from typing import Any
 
 from ..codec import KEEP
 from ..state import MAX_SUCCESSES, OriginState, Settings
 
-__all__ = ["LINGER", "horizon", "merge_successes", "redis_key"]
+__all__ = [
+    "COHORT_TTL",
+    "LINGER",
+    "MAX_COUNT",
+    "horizon",
+    "merge_successes",
+    "others_of",
+    "redis_key",
+]
 
 #: Keys outlive the last time their state matters by this much (seconds).
 LINGER = 60.0
+#: The most requests one process may say it has waiting or in flight (more is junk).
+MAX_COUNT = 1_000_000
+#: A process's cohort counts are dropped this long after it last wrote them (seconds).
+COHORT_TTL = 30.0
 
 
 def horizon(o: OriginState, settings: Settings, now: float) -> float:
@@ -50,3 +65,29 @@ def merge_successes(state: OriginState, unsent: deque[float]) -> None:
     mine = sorted(t for t in unsent if t not in have)
     if mine:
         state.successes = deque(heapq.merge(state.successes, mine), maxlen=MAX_SUCCESSES)
+
+
+def others_of(cohort: Any, me: str, now: float) -> dict[str, list[float]]:
+    """
+    The other processes' ``[waiting, in flight, when written]``, read from a key's cohort.
+
+    Another's counts are input: junk is dropped, and so are counts negative or absurd and
+    counts written in the future.
+    """
+    try:
+        entries = json.loads(cohort) if cohort else {}
+    except ValueError:
+        entries = {}
+    if not isinstance(entries, dict):
+        return {}
+    return {
+        who: entry
+        for who, entry in entries.items()
+        if who != me
+        and isinstance(entry, list)
+        and len(entry) == 3
+        and all(isinstance(n, int | float) and math.isfinite(n) for n in entry)
+        and 0 <= entry[0] <= MAX_COUNT
+        and 0 <= entry[1] <= MAX_COUNT
+        and entry[2] <= now + COHORT_TTL
+    }

@@ -27,7 +27,7 @@ from ..codec import clamped, dump, load
 from ..state import MAX_SUCCESSES, OriginState, Settings
 from ..steps import Steps, Trip, run
 from ..store import Later, MemoryCell, Step
-from .keyspace import LINGER, horizon, merge_successes, redis_key
+from .keyspace import COHORT_TTL, LINGER, horizon, merge_successes, others_of, redis_key
 from .link import Link, _Busy, _Down
 
 __all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisCell", "redis_key"]
@@ -37,10 +37,6 @@ T = TypeVar("T")
 
 #: How long the fast lane trusts a process's copy of a healthy origin's state (seconds).
 TRUST = 0.1
-#: The most requests one process may say it has waiting or in flight (more is junk).
-MAX_COUNT = 1_000_000
-#: A process's cohort counts are dropped this long after it last wrote them (seconds).
-COHORT_TTL = 30.0
 #: At most this many answers wait on a process's copy for its next step; one more is written.
 MAX_DEFERRED = 64
 
@@ -170,24 +166,7 @@ class RedisCell:
         self.state = clamped(fresh, now, self.settings.max_gate)
         self.epoch += 1
         self._replay()
-        try:
-            entries = json.loads(cohort) if cohort else {}
-        except ValueError:
-            entries = {}
-        if not isinstance(entries, dict):
-            entries = {}
-        self.others = {
-            who: entry
-            for who, entry in entries.items()
-            if who != self.me
-            and isinstance(entry, list)
-            and len(entry) == 3
-            and all(isinstance(n, int | float) and math.isfinite(n) for n in entry)
-            # (another's counts are input: none negative or absurd, none from the future)
-            and 0 <= entry[0] <= MAX_COUNT
-            and 0 <= entry[1] <= MAX_COUNT
-            and entry[2] <= now + COHORT_TTL
-        }
+        self.others = others_of(cohort, self.me, now)
         self._fade(now, force=True)
 
     def _newer(self, version: Any, epoch: int) -> bool:
