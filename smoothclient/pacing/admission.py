@@ -136,31 +136,16 @@ def _acquire(
     answer, at = _plan(o, now, not_before, deadline)
     due = NO_DEADLINE if deadline is None else deadline
     if at is not None:
-        ahead = _ahead(o, now, due, at)
-        again, first = 0.0, now
-        if ahead is not None:
-            first, behind = ahead
-            again = min(HORIZON / 2, max(PROBE_POLL, first - now))
-            if s.shared:
-                # an ask costs a round trip and a copy of the key's state here: asked again
-                # halfway to when the waiters ahead have had their slots (the one before its
-                # own, at the pace; a quota's reset may admit them all at once).  Asking when
-                # the first of them asks, each of a Redis fleet's 75 waiters a process asked
-                # every 5 ms through a release (2,000 asks a second), and the processes'
-                # sends lagged their slots by 110-150 ms.  In memory an ask costs
-                # microseconds, and asking often catches a slot a raised rate frees
-                turn = at + behind * o.pace.interval
-                if o.reset_at is not None and o.reset_at > now:
-                    turn = min(turn, o.reset_at)
-                again = min(HORIZON / 2, max(again, (turn - now) / 2))
-        if ahead is not None and now + again <= due:
+        yielded = _yields(o, s, now, due, at)
+        if yielded is not None:
             # a call nearer its deadline waits for this slot: it goes first (a call whose own
             # deadline would pass before it asked again takes the slot: no wait past it)
             # (yielding only to waiters due already, it is not remembered anew: a caller that
             # names a new deadline at each ask left an entry due at its own next ask, which
             # held that ask back, and so on for ever: 30 such callers asking every 5 ms were
             # never served; one remembered already is told when it asks next)
-            _queue(o, due, now + again, new=first > now)
+            again, anew = yielded
+            _queue(o, due, now + again, new=anew)
             return Admission(again, final=False)
         _unqueue(o, due)
         _take(o, at)
@@ -170,6 +155,36 @@ def _acquire(
     elif not_before <= now + HORIZON:  # it waits for a slot, not a backoff
         _queue(o, due, now + answer.delay)
     return answer
+
+
+def _yields(
+    o: OriginState, s: Settings, now: float, due: float, at: float
+) -> tuple[float, bool] | None:
+    """
+    Whether a call with deadline ``due`` leaves the slot at ``at`` to waiters nearer theirs.
+
+    ``(when it asks again, whether it is remembered anew)``, or ``None``: it takes the slot.
+    """
+    ahead = _ahead(o, now, due, at)
+    if ahead is None:
+        return None
+    first, behind = ahead
+    again = min(HORIZON / 2, max(PROBE_POLL, first - now))
+    if s.shared:
+        # an ask costs a round trip and a copy of the key's state here: asked again halfway
+        # to when the waiters ahead have had their slots (the one before its own, at the
+        # pace; a quota's reset may admit them all at once).  Asking when the first of them
+        # asks, each of a Redis fleet's 75 waiters a process asked every 5 ms through a
+        # release (2,000 asks a second), and the processes' sends lagged their slots by
+        # 110-150 ms.  In memory an ask costs microseconds, and asking often catches a slot
+        # a raised rate frees
+        turn = at + behind * o.pace.interval
+        if o.reset_at is not None and o.reset_at > now:
+            turn = min(turn, o.reset_at)
+        again = min(HORIZON / 2, max(again, (turn - now) / 2))
+    if now + again > due:
+        return None
+    return again, first > now
 
 
 def _ahead(o: OriginState, now: float, deadline: float, at: float) -> tuple[float, float] | None:
@@ -242,8 +257,21 @@ def _unqueue(o: OriginState, deadline: float) -> None:
 def when(
     o: OriginState, s: Settings, now: float, not_before: float, deadline: float | None
 ) -> Admission:
-    """What :func:`acquire` would answer, reserving nothing."""
-    answer = _behind_probe(o, s, now) or _plan(o, now, not_before, deadline)[0]
+    """
+    What :func:`acquire` would answer, reserving nothing.
+
+    A slot the waiters nearer their deadlines are to have is theirs here too: planned by this
+    answer, a bound request (an origin and its scopes) took the origin's slot, was refused by
+    a scope's waiters, and gave it back, a write each way through a shared store (21 writes a
+    request in a herd of a thousand tasks).
+    """
+    answer = _behind_probe(o, s, now)
+    if answer is None:
+        answer, at = _plan(o, now, not_before, deadline)
+        if at is not None:
+            yielded = _yields(o, s, now, NO_DEADLINE if deadline is None else deadline, at)
+            if yielded is not None:
+                answer = Admission(yielded[0], final=False)
     return _by_deadline(answer, now, deadline)
 
 

@@ -132,6 +132,27 @@ def test_when_reserves_nothing_and_queues_nobody() -> None:
     assert o.queue == []
 
 
+def test_when_answers_as_acquire_would_with_waiters_ahead() -> None:
+    """
+    A slot the waiters nearer their deadlines will have is theirs in the plan too.
+
+    (Planned as free, a bound request took the origin's slot, met a scope's waiters, and gave
+    it back: a write each way through a shared store.)
+    """
+    o = _paced()
+    assert acquire(o, S, 0.0, 0.0, 60.0).final
+    held = acquire(o, S, 0.01, 0.0, 10.0)
+    again = 0.01 + held.delay
+    before = (list(map(list, o.queue)), o.pace.tat, o.waiting)
+    planned = when(o, S, again - 0.001, 0.0, 50.0)
+    assert (list(map(list, o.queue)), o.pace.tat, o.waiting) == before  # nothing reserved
+    asked = acquire(o, S, again - 0.001, 0.0, 50.0)
+    assert not planned.final
+    assert not asked.final
+    assert planned.delay == asked.delay
+    assert when(o, S, again, 0.0, 10.0).final  # the waiter's own: its slot
+
+
 def test_the_fast_lane_does_not_jump_the_queue() -> None:
     """try_now admits nothing while a waiter is queued, even with a slot free."""
     o = _paced()

@@ -146,6 +146,10 @@ class RedisCell:
         finally:
             self.queue = state.queue  # (this process's waiters: kept whatever becomes of state)
 
+    def _look(self, look: Step[T]) -> T:
+        """``look`` at the copy with this process's waiters (the caller holds ``lock``)."""
+        return self._apply(self.state, lambda o: look(o, self.settings))
+
     def _glance(self, step: Step[T]) -> tuple[T] | None:
         """``step`` on a copy of what the key holds: ``(result,)`` if it writes nothing (a poll)."""
         with self.lock:
@@ -491,7 +495,7 @@ class RedisCell:
         """
         if not fresh and self._trusted() and self.link.up_for(self.redis_key):
             with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
-                return look(self.state, self.settings)
+                return self._look(look)
         if self.deferred and self.link.up_for(self.redis_key):
             yield from self.update(_unchanged)
             fresh = False  # the write's reply (or what it adopted) is as fresh as a read
@@ -502,10 +506,10 @@ class RedisCell:
                     if turn is not False:  # (else load: the copy as it is)
                         yield from self._refresh(fresh)
                     with self.lock:
-                        return look(self.state, self.settings)
+                        return self._look(look)
                 except _Busy:
                     with self.lock:
-                        return look(self.state, self.settings)
+                        return self._look(look)
                 except _Down:
                     with self.lock:
                         self._hand_over()
