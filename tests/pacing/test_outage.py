@@ -137,23 +137,6 @@ def test_reopening_releases_at_the_rate_served_before_and_5xx_then_cut_it() -> N
     assert o.pace.rate < grown
 
 
-def test_a_releases_cut_measures_what_got_through_since_it_reopened() -> None:
-    """
-    The outage delivered nothing because nothing was sent: no part of the cut's measure.
-
-    Counted from a second before the reopening, with the successes of before the outage, a
-    release that got 60 req/s through was cut to 48.
-    """
-    o, now = _reopened()
-    for _ in range(90):  # 1.5 s at 60 req/s: what the release gets through
-        now += 1 / 60
-        learning.observe(o, S, 200, Hints(), now, sent_at=now - 0.01, counted=False)
-    assert o.pace.rate is not None
-    assert o.pace.rate > 66  # grown past what the origin served before, and what gets through
-    _fail(o, now + 0.001)
-    assert o.pace.rate == pytest.approx(60, abs=2)
-
-
 def test_a_503_with_retry_after_closes_at_once_and_reopens_gently() -> None:
     """The server says when: nothing goes before then, and the reopening is paced too."""
     o = OriginState()
