@@ -10,7 +10,7 @@ only (each is an extra).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._lazy import namespace
@@ -18,20 +18,26 @@ from ..events import CallEnded, RetryEvent
 from ..policy import DEFAULT_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
-    from .otel import OpenTelemetryHooks
+    from ..pacing.pacer import Pacer
+    from .otel import OpenTelemetryHooks, observe_pacer
     from .prometheus import PacerCollector, PrometheusHooks
 
 __all__ = [
+    "PACER_GAUGES",
     "Hooks",
     "OpenTelemetryHooks",
     "PacerCollector",
     "PrometheusHooks",
+    "checked_pacer",
     "give_up_of",
+    "observe_pacer",
     "outcome_of",
+    "pacer_samples",
 ]
 #: The adapters, each loaded on first use (each needs its extra).
 NAMES: dict[str, str] = {
     "OpenTelemetryHooks": "otel",
+    "observe_pacer": "otel",
     "PacerCollector": "prometheus",
     "PrometheusHooks": "prometheus",
 }
@@ -72,6 +78,52 @@ def give_up_of(ended: CallEnded) -> str:
     if record.gave_up is None:
         return ""
     return record.gave_up_kind or "other"
+
+
+#: The gauges of what a pacer holds now, per origin (:func:`pacer_samples`): name and help.
+PACER_GAUGES: dict[str, str] = {
+    "origin_down_seconds": "Seconds the origin has failed every request (0: up)",
+    "origin_closed_seconds": "Seconds a quota stated spent stays closed",
+    "origin_retries_left": "Retries the origin's retry budget allows now",
+    "origin_rate": "The rate the origin is paced at (requests per second)",
+    "origin_waiting": "Requests waiting for a slot",
+    "origin_in_flight": "Requests sent and not yet answered",
+}
+
+
+def checked_pacer(pacer: Any) -> Pacer:
+    """``pacer``, if it has views of its origins; else ``TypeError``."""
+    if not callable(getattr(pacer, "view", None)) or not callable(getattr(pacer, "origins", None)):
+        msg = f"pacer must be a smoothclient Pacer, not {type(pacer).__name__}"
+        raise TypeError(msg)
+    result: Pacer = pacer
+    return result
+
+
+def pacer_samples(pacer: Pacer) -> Iterator[tuple[str, str, float]]:
+    """
+    ``(gauge, origin, value)`` for each origin the pacer remembers and each of its gauges.
+
+    Read from :meth:`Pacer.view <smoothclient.Pacer.view>` (through a shared store, the
+    fleet's state); an origin whose view fails is skipped, a gauge with no value (an unpaced
+    origin's rate, a budget never counted) is left out.
+    """
+    for origin in pacer.origins():
+        try:
+            view = pacer.view(origin)
+        except Exception:  # a scrape never fails for one origin
+            continue
+        values = {
+            "origin_down_seconds": view.down_for or 0.0,
+            "origin_closed_seconds": view.closed_for or 0.0,
+            "origin_retries_left": view.retries_left,
+            "origin_rate": view.rate,
+            "origin_waiting": float(view.waiting),
+            "origin_in_flight": float(view.in_flight),
+        }
+        for name, value in values.items():
+            if value is not None:
+                yield name, origin, value
 
 
 def _both(first: Callable[[E], Any] | None, then: Callable[[E], Any]) -> Callable[[E], Any]:

@@ -19,20 +19,32 @@ recording, nothing is done.  Event names and attributes:
   ``smoothclient.total_wait_s``, ``smoothclient.pacer_wait_s``, and the final
   ``http.response.status_code``, ``smoothclient.gave_up`` or ``exception.type`` when there is
   one.
+
+And what a pacer holds now, per origin, as observable gauges (:func:`observe_pacer`): the
+same as the Prometheus ``PacerCollector``'s (``smoothclient.origin_down_seconds`` and the
+others of :data:`~smoothclient.telemetry.PACER_GAUGES`, with a ``smoothclient.origin``
+attribute).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
 from ..events import CallEnded, RetryEvent
-from . import Hooks, give_up_of, outcome_of
+from . import PACER_GAUGES, Hooks, checked_pacer, give_up_of, outcome_of, pacer_samples
+
+if TYPE_CHECKING:
+    from ..pacing.pacer import Pacer
 
 try:
-    from opentelemetry import trace
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation
 except ModuleNotFoundError as exc:  # pragma: no cover - the extra is part of the test setup
     msg = "smoothclient.telemetry.OpenTelemetryHooks needs otel: pip install 'smoothclient[otel]'"
     raise ImportError(msg, name=exc.name) from exc
 
-__all__ = ["OpenTelemetryHooks"]
+__all__ = ["OpenTelemetryHooks", "observe_pacer"]
 
 Attributes = dict[str, str | int | float]
 
@@ -86,3 +98,34 @@ class OpenTelemetryHooks(Hooks):
         if ended.exception is not None:
             attributes["exception.type"] = type(ended.exception).__qualname__
         span.add_event("smoothclient.call_ended", attributes)
+
+
+def observe_pacer(
+    pacer: Pacer, *, meter: Meter | None = None, namespace: str = "smoothclient"
+) -> None:
+    """
+    Observable gauges of what ``pacer`` holds now, per origin, read at each collection.
+
+    ``meter``: where they are made (default: the global meter provider's ``smoothclient``
+    meter).  Call it once per pacer and meter.
+    """
+    if not isinstance(namespace, str) or not namespace:
+        msg = f"namespace must be a non-empty string, not {namespace!r}"
+        raise TypeError(msg)
+    pacer = checked_pacer(pacer)
+    meter = meter or metrics.get_meter("smoothclient")
+    for name, doc in PACER_GAUGES.items():
+        meter.create_observable_gauge(
+            f"{namespace}.{name}", callbacks=[_observer(pacer, name)], description=doc
+        )
+
+
+def _observer(pacer: Pacer, gauge: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def observe(_options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(value, {"smoothclient.origin": origin})
+            for name, origin, value in pacer_samples(pacer)
+            if name == gauge
+        ]
+
+    return observe

@@ -66,11 +66,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..events import CallEnded, RetryEvent
-from . import Hooks, give_up_of, outcome_of
+from . import PACER_GAUGES, Hooks, checked_pacer, give_up_of, outcome_of, pacer_samples
 
 if TYPE_CHECKING:
     from ..pacing.pacer import Pacer
-    from ..pacing.state import OriginView
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -312,30 +311,6 @@ class PrometheusHooks(Hooks):
             (self.held.labels(*origin) if origin else self.held).inc(ended.record.held_for_outage)
 
 
-#: What :class:`PacerCollector` reports of each origin's view: name, help, the value (or
-#: ``None``: not reported for that origin).
-_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("origin_down_seconds", "Seconds the origin has failed every request (0: up)", "down"),
-    ("origin_closed_seconds", "Seconds a quota stated spent stays closed", "closed"),
-    ("origin_retries_left", "Retries the origin's retry budget allows now", "retries"),
-    ("origin_rate", "The rate the origin is paced at (requests per second)", "rate"),
-    ("origin_waiting", "Requests waiting for a slot", "waiting"),
-    ("origin_in_flight", "Requests sent and not yet answered", "in_flight"),
-)
-
-
-def _gauge_value(view: OriginView, what: str) -> float | None:
-    if what == "down":
-        return view.down_for or 0.0
-    if what == "closed":
-        return view.closed_for or 0.0
-    if what == "retries":
-        return view.retries_left
-    if what == "rate":
-        return view.rate
-    return float(view.waiting if what == "waiting" else view.in_flight)
-
-
 class PacerCollector:
     """
     Gauges of what a pacer holds now, per origin: down, closed, retry budget, rate, counts.
@@ -359,38 +334,24 @@ class PacerCollector:
         if not isinstance(namespace, str) or not namespace:
             msg = f"namespace must be a non-empty string, not {namespace!r}"
             raise TypeError(msg)
-        if not callable(getattr(pacer, "view", None)) or not callable(
-            getattr(pacer, "origins", None)
-        ):
-            msg = f"pacer must be a smoothclient Pacer, not {type(pacer).__name__}"
-            raise TypeError(msg)
-        self.pacer = pacer
+        self.pacer = checked_pacer(pacer)
         self.namespace = namespace
         self.origin_label = bool(origin_label)
 
-    def _families(self) -> list[tuple[GaugeMetricFamily, str]]:
-        return [
-            (GaugeMetricFamily(f"{self.namespace}_{name}", doc, labels=["origin"]), what)
-            for name, doc, what in _GAUGES
-        ]
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        return {
+            name: GaugeMetricFamily(f"{self.namespace}_{name}", doc, labels=["origin"])
+            for name, doc in PACER_GAUGES.items()
+        }
 
     def describe(self) -> Iterator[Metric]:
         """The metrics' names (no view is read when registering)."""
-        for family, _ in self._families():
-            yield family
+        yield from self._families().values()
 
     def collect(self) -> Iterator[Metric]:
         """One sample per origin remembered and gauge (a view that fails is skipped)."""
         families = self._families()
         if self.origin_label:
-            for origin in self.pacer.origins():
-                try:
-                    view = self.pacer.view(origin)
-                except Exception:  # a scrape never fails for one origin
-                    continue
-                for family, what in families:
-                    value = _gauge_value(view, what)
-                    if value is not None:
-                        family.add_metric([origin], value)
-        for family, _ in families:
-            yield family
+            for name, origin, value in pacer_samples(self.pacer):
+                families[name].add_metric([origin], value)
+        yield from families.values()

@@ -66,3 +66,39 @@ def test_without_the_origin_label_nothing_is_reported_and_bad_arguments_raise(
         PacerCollector(pacer, namespace="")
     with pytest.raises(TypeError, match="Pacer"):
         PacerCollector(object())  # type: ignore[arg-type]
+
+
+def test_the_same_gauges_are_observable_in_opentelemetry(clock: FakeClock) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+
+    from smoothclient.telemetry import observe_pacer
+
+    pacer = Pacer(clock=clock, probe=0)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    observe_pacer(pacer, meter=provider.get_meter("test"))
+    tracker = pacer.track(ORIGIN)
+    for _ in range(12):  # every request fails for a while: down
+        tracker.observe(503, Hints(), clock(), counted=False)
+        clock.advance(0.05)
+    clock.advance(0.2)
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {
+        metric.name: [
+            (p.attributes, p.value)
+            for p in metric.data.data_points
+            if isinstance(p, NumberDataPoint)  # (a gauge's)
+        ]
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for metric in sm.metrics
+    }
+    [(attributes, down)] = points["smoothclient.origin_down_seconds"]
+    assert attributes == {"smoothclient.origin": ORIGIN}
+    assert down == pytest.approx(0.2, abs=0.06)
+    assert "smoothclient.origin_rate" not in points or not points["smoothclient.origin_rate"]
+    with pytest.raises(TypeError, match="Pacer"):
+        observe_pacer(object())  # type: ignore[arg-type]
+    provider.shutdown()
