@@ -28,6 +28,7 @@ __all__ = [
     "OpenTelemetryHooks",
     "PacerCollector",
     "PrometheusHooks",
+    "checked_namespace",
     "checked_pacer",
     "give_up_of",
     "observe_pacer",
@@ -89,6 +90,14 @@ PACER_GAUGES: dict[str, str] = {
     "origin_waiting": "Requests waiting for a slot",
     "origin_in_flight": "Requests sent and not yet answered",
 }
+
+
+def checked_namespace(namespace: Any) -> str:
+    """``namespace``, a metrics' name prefix, if it is a non-empty string; else ``TypeError``."""
+    if not isinstance(namespace, str) or not namespace:
+        msg = f"namespace must be a non-empty string, not {namespace!r}"
+        raise TypeError(msg)
+    return namespace
 
 
 def checked_pacer(pacer: Any) -> Pacer:

@@ -32,7 +32,15 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ..events import CallEnded, RetryEvent
-from . import PACER_GAUGES, Hooks, checked_pacer, give_up_of, outcome_of, pacer_samples
+from . import (
+    PACER_GAUGES,
+    Hooks,
+    checked_namespace,
+    checked_pacer,
+    give_up_of,
+    outcome_of,
+    pacer_samples,
+)
 
 if TYPE_CHECKING:
     from ..pacing.pacer import Pacer
@@ -109,9 +117,7 @@ def observe_pacer(
     ``meter``: where they are made (default: the global meter provider's ``smoothclient``
     meter).  Call it once per pacer and meter.
     """
-    if not isinstance(namespace, str) or not namespace:
-        msg = f"namespace must be a non-empty string, not {namespace!r}"
-        raise TypeError(msg)
+    checked_namespace(namespace)
     pacer = checked_pacer(pacer)
     meter = meter or metrics.get_meter("smoothclient")
     for name, doc in PACER_GAUGES.items():

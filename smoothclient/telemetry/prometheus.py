@@ -66,7 +66,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..events import CallEnded, RetryEvent
-from . import PACER_GAUGES, Hooks, checked_pacer, give_up_of, outcome_of, pacer_samples
+from . import (
+    PACER_GAUGES,
+    Hooks,
+    checked_namespace,
+    checked_pacer,
+    give_up_of,
+    outcome_of,
+    pacer_samples,
+)
 
 if TYPE_CHECKING:
     from ..pacing.pacer import Pacer
@@ -248,9 +256,7 @@ class PrometheusHooks(Hooks):
         buckets: Sequence[float] = WAIT_BUCKETS,
     ) -> None:
         """Register the metrics, or share those registered already."""
-        if not isinstance(namespace, str) or not namespace:
-            msg = f"namespace must be a non-empty string, not {namespace!r}"
-            raise TypeError(msg)
+        checked_namespace(namespace)
         where = REGISTRY if registry is None else registry
         self.origin_label = bool(origin_label)
         wait_buckets = tuple(buckets)
@@ -331,11 +337,8 @@ class PacerCollector:
         self, pacer: Pacer, *, namespace: str = "smoothclient", origin_label: bool = True
     ) -> None:
         """Report ``pacer``'s origins under ``namespace``."""
-        if not isinstance(namespace, str) or not namespace:
-            msg = f"namespace must be a non-empty string, not {namespace!r}"
-            raise TypeError(msg)
         self.pacer = checked_pacer(pacer)
-        self.namespace = namespace
+        self.namespace = checked_namespace(namespace)
         self.origin_label = bool(origin_label)
 
     def _families(self) -> dict[str, GaugeMetricFamily]:
