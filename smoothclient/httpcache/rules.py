@@ -22,6 +22,7 @@ __all__ = [
     "CACHEABLE_METHODS",
     "HEURISTIC_FRACTION",
     "HEURISTIC_STATUSES",
+    "NEVER_STORED",
     "UNDERSTOOD_STATUSES",
     "Directives",
     "Freshness",
@@ -44,10 +45,16 @@ log = logging.getLogger("smoothclient.httpcache")
 
 #: The methods whose responses are stored (HEAD and POST responses are not: see the docs).
 CACHEABLE_METHODS = frozenset({"GET"})
-#: Statuses a response may be stored for with no explicit freshness (RFC 9111 section 4.2.2).
+#: Statuses a response may be stored for with no explicit freshness (RFC 9110 section 15.1,
+#: RFC 9111 section 4.2.2).
 HEURISTIC_STATUSES = frozenset({200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501})
-#: Final statuses this cache understands well enough to store when told how long they are fresh.
-UNDERSTOOD_STATUSES = HEURISTIC_STATUSES | frozenset({302, 303, 307, 400, 403})
+#: The statuses whose caching rules this cache knows: a response with ``must-understand`` is
+#: stored only with one of them (RFC 9111 section 5.2.2.3).  Any other final status is stored
+#: only when its response says how long it is fresh (``max-age``, ``Expires``) or ``public``.
+UNDERSTOOD_STATUSES = HEURISTIC_STATUSES | frozenset({302, 303, 307, 400, 403, 500, 502, 503, 504})
+#: Statuses never stored as a response: partial content (a part, never the whole) and a 304
+#: (it updates a stored response; it is none).
+NEVER_STORED = frozenset({206, 304})
 #: Methods that never change the target: the rest invalidate it (RFC 9111 section 4.4).
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 #: The heuristic lifetime: this fraction of the time since ``Last-Modified``.
@@ -179,7 +186,8 @@ def freshness(
     The freshness of a response received at ``response_time``, requested at ``request_time``.
 
     Lifetime: ``max-age``, else ``Expires - Date``, else (statuses of
-    :data:`HEURISTIC_STATUSES`) :data:`HEURISTIC_FRACTION` of ``Date - Last-Modified``, else 0.
+    :data:`HEURISTIC_STATUSES`, or any with ``public``) :data:`HEURISTIC_FRACTION` of
+    ``Date - Last-Modified``, else 0.
     ``s-maxage`` is for shared caches and ignored.  Age: ``Age``, ``Date`` and the response's
     delay, as RFC 9111 section 4.2.3 corrects them; the ``Date`` counts whole seconds, so the
     age it proves is a second less than it reads.  An ``Age`` that cannot be read makes the
@@ -239,7 +247,8 @@ def _lifetime(headers: list[tuple[str, str]], cc: Directives, date: float, statu
         when = http_date(expires)
         return 0.0 if when is None else max(0.0, when - date)  # "0" and junk: already expired
     modified = http_date(header(headers, "last-modified"))
-    if modified is not None and status in HEURISTIC_STATUSES and modified <= date:
+    heuristic = status in HEURISTIC_STATUSES or "public" in cc  # RFC 9111 section 5.2.2.9
+    if modified is not None and heuristic and modified <= date:
         return HEURISTIC_FRACTION * (date - modified)
     return 0.0
 
@@ -250,17 +259,26 @@ def storable(
     """
     Whether a response may be stored (RFC 9111 section 3, for a private cache).
 
-    A GET, a final status this cache understands, neither side saying ``no-store``, and
-    something to gain: freshness (explicit, ``public``, or heuristic), a validator to
-    revalidate with, or a stale allowance.
+    A GET; a final status (not 206 nor 304), one of :data:`HEURISTIC_STATUSES` or else with
+    ``max-age``, ``Expires``, ``public`` or ``private`` saying it may be; neither side saying
+    ``no-store`` (which ``must-understand`` overrides for a status this cache understands,
+    RFC 9111 section 5.2.2.3, and with any other status forbids storing); and something to
+    gain: freshness (explicit or heuristic), a validator to revalidate with, or a stale
+    allowance.
     """
     if method not in CACHEABLE_METHODS or "no-store" in request_cc:
         return False
+    if not 200 <= status <= 599 or status in NEVER_STORED:
+        return False
     pairs = list(response)
     cc = _response_directives(pairs)
-    if "no-store" in cc or status not in UNDERSTOOD_STATUSES:
+    if "must-understand" in cc:
+        if status not in UNDERSTOOD_STATUSES:
+            return False
+    elif "no-store" in cc:
         return False
-    if status not in HEURISTIC_STATUSES and not ("max-age" in cc or header(pairs, "expires")):
+    explicit = "max-age" in cc or "public" in cc or "private" in cc or header(pairs, "expires")
+    if status not in HEURISTIC_STATUSES and not explicit:
         return False
     if "*" in vary_names(pairs):
         return False  # never matches a later request (a "*" among other names too)

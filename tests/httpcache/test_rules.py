@@ -164,6 +164,47 @@ def test_what_is_stored() -> None:
     assert stores(status=404, cache_control="max-age=60")
 
 
+@pytest.mark.parametrize("status", [299, 404, 410, 499, 500, 502, 503, 504, 599])
+def test_any_final_status_with_explicit_freshness_is_stored(status: int) -> None:
+    """RFC 9111 section 3: max-age, Expires, public or private let any final status be stored."""
+    assert stores(status=status, cache_control="max-age=60")
+    assert stores(status=status, expires="Tue, 14 Nov 2023 23:13:20 GMT")
+    assert stores(status=status, cache_control="private", etag='"a"')
+
+
+@pytest.mark.parametrize("status", [100, 101, 199, 206, 304, 600, 999])
+def test_interim_partial_and_not_modified_answers_are_never_stored(status: int) -> None:
+    assert not stores(status=status, cache_control="max-age=60")
+
+
+@pytest.mark.parametrize("status", [301, 308, 404, 410, 501])
+def test_heuristically_cacheable_statuses_are_fresh_from_last_modified(status: int) -> None:
+    """RFC 9110 section 15.1: these need no explicit freshness; 10% of their age since modified."""
+    headers = h(date=DATE, last_modified="Tue, 14 Nov 2023 12:13:20 GMT")  # 10 h before
+    assert freshness(headers, NOW, NOW, status=status).lifetime == 3600.0
+    assert stores(status=status, date=DATE, last_modified="Tue, 14 Nov 2023 12:13:20 GMT")
+
+
+@pytest.mark.parametrize("status", [302, 403, 500, 503, 599])
+def test_other_statuses_get_a_heuristic_lifetime_only_when_public(status: int) -> None:
+    """RFC 9111 section 5.2.2.9: public makes a response heuristically cacheable."""
+    modified = "Tue, 14 Nov 2023 12:13:20 GMT"
+    assert freshness(h(date=DATE, last_modified=modified), NOW, NOW, status=status).lifetime == 0
+    assert not stores(status=status, date=DATE, last_modified=modified)
+    public = h(date=DATE, last_modified=modified, cache_control="public")
+    assert freshness(public, NOW, NOW, status=status).lifetime == 3600.0
+    assert stores(status=status, date=DATE, last_modified=modified, cache_control="public")
+
+
+def test_must_understand_stores_only_a_status_this_cache_understands() -> None:
+    """RFC 9111 section 5.2.2.3: and for those, it overrides no-store."""
+    assert not stores(status=599, cache_control="max-age=60, must-understand")
+    assert not stores(status=599, cache_control="max-age=60, must-understand, no-store")
+    assert stores(status=200, cache_control="max-age=60, must-understand, no-store")
+    assert stores(status=404, cache_control="max-age=60, must-understand")
+    assert not stores(status=200, cache_control="max-age=60, no-store")
+
+
 def test_request_directives() -> None:
     found = freshness(h(cache_control="max-age=100"), NOW, NOW)
     plain, _ = request_rules([])
