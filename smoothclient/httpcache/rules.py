@@ -199,15 +199,15 @@ def freshness(
     date_value = response_time if date is None else date
     # a Date has one-second resolution: the response may have been made up to a second after it
     apparent = max(0.0, response_time - date_value - 1.0)
-    age_lines = [value for key, value in pairs if key.lower() == "age"]
-    age_value = _age(age_lines)
+    age_field = header(pairs, "age")
+    age_value = _seconds(age_field)
     corrected = (age_value or 0) + max(0.0, response_time - request_time)
     born = response_time - max(apparent, corrected)
     lifetime = _lifetime(pairs, cc, date_value, status)
-    if age_lines and age_value is None:
-        # an Age that cannot be read (junk, negative, "7200.0", two lines): how old the
+    if age_field is not None and age_value is None:
+        # an Age that is not one number (junk, negative, "7200.0", two of them): how old the
         # response is cannot be told, so it is stale (validated before use), never younger
-        # than it may be (ignored, "abc" made a two-hour-old response fresh)
+        # than it may be (ignored, "abc" or "7200, 0" made a two-hour-old response fresh)
         lifetime = 0.0
     return Freshness(
         born=born,
@@ -217,20 +217,6 @@ def freshness(
         swr=_allowance(cc, "stale-while-revalidate"),
         sie=_allowance(cc, "stale-if-error"),
     )
-
-
-def _age(lines: list[str]) -> int | None:
-    """
-    The ``Age`` of a response from its field lines; ``None`` when absent or unreadable.
-
-    One line that is a list (``0, 7200``): its first member (RFC 9111 section 5.1 asks a
-    cache to use it and drop the rest).  Two lines are two claims, one added by a hop that
-    did not join them: which is true cannot be told, so neither is read.
-    """
-    if len(lines) != 1:
-        return None
-    first = lines[0].split(",", 1)[0]
-    return _seconds(first)
 
 
 def _allowance(cc: Directives, name: str) -> float | None:
