@@ -192,10 +192,14 @@ class HttpCache:
         """The entry under ``key``; ``None`` for none, junk and any failure."""
         return self._safe("get", lambda: self.store.get(key), None)
 
-    def put(self, entry: Entry) -> None:
-        """Store ``entry`` for as long as it may serve; failures are ignored."""
-        ttl = entry.keep_for(self.clock())
-        self._safe("put", lambda: self.store.put(entry, ttl), None)
+    def put(self, entry: Entry, ttl: float | None = None) -> None:
+        """
+        Store ``entry`` for ``ttl`` seconds; failures are ignored.
+
+        ``None``: for as long as it may serve (:meth:`Entry.keep_for`).
+        """
+        keep = entry.keep_for(self.clock()) if ttl is None else ttl
+        self._safe("put", lambda: self.store.put(entry, keep), None)
 
     def delete(self, keys: Iterable[str]) -> None:
         """Forget ``keys``; failures are ignored."""

@@ -8,6 +8,7 @@ The bytes are a short magic, a JSON head and the body; anything else decodes to
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import struct
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any
 
 from .rules import Freshness
 
-__all__ = ["MAGIC", "Entry", "Junk", "aged", "decode", "encode"]
+__all__ = ["MAGIC", "Entry", "Junk", "aged", "decode", "encode", "index_of", "variant_key"]
 
 MAGIC = b"SCHC1"
 _HEAD = struct.Struct(">I")
@@ -37,6 +38,12 @@ class Entry:
     ``strict``); ``refresh``: the age at which it is due for revalidation, drawn inside the
     last part of its lifetime (docs/http-cache.md section 3); ``delta``: how long fetching it
     took (the XFetch rule's delta).
+
+    ``variants``: not empty, this is no response but the **index of the variants** of a
+    response that varies: ``vary`` names the fields it varies on, each variant is stored under
+    a key of its own made from this token and its values of those fields (see
+    :func:`variant_key`), ``born`` is when the index was written and ``lifetime`` how long it
+    is kept.  A new token makes every variant stored under the old one unreachable.
     """
 
     key: str
@@ -53,6 +60,7 @@ class Entry:
     swr: float = 0.0
     sie: float = 0.0
     delta: float = 0.0
+    variants: str = ""
 
     @property
     def freshness(self) -> Freshness:
@@ -68,6 +76,22 @@ class Entry:
         """How long a store should keep it from ``now``: fresh, stale allowances, revalidation."""
         left = max(0.0, self.lifetime - (now - self.born))
         return left + max(self.swr, self.sie) + max(self.lifetime, 60.0)
+
+
+def index_of(key: str, names: tuple[str, ...], token: str, now: float, keep: float) -> Entry:
+    """The index of the variants of the response under ``key`` (see :attr:`Entry.variants`)."""
+    return Entry(key, 0, (), b"", names, (), now, keep, keep, variants=token)
+
+
+def variant_key(key: str, index: Entry, values: tuple[str | None, ...]) -> str:
+    """
+    The key of the variant of ``key`` selected by ``values`` (of the fields ``index`` names).
+
+    A hash of the index's token, the names and the values: each field's value or its absence
+    counts, and values made of the same text otherwise split never collide.
+    """
+    digest = hashlib.sha256(json.dumps([index.variants, index.vary, values]).encode())
+    return f"{key} variant={digest.hexdigest()[:32]}"
 
 
 def aged(entry: Entry, now: float) -> Entry:
@@ -101,6 +125,8 @@ def encode(entry: Entry) -> bytes:
         "d": entry.delta,
         "n": len(entry.body),
     }
+    if entry.variants:
+        head["g"] = entry.variants
     raw = json.dumps(head, separators=(",", ":")).encode()
     return MAGIC + _HEAD.pack(len(raw)) + raw + entry.body
 
@@ -138,10 +164,12 @@ def decode(blob: object, key: str) -> Entry:
             swr=_number(head["w"]),
             sie=_number(head["e"]),
             delta=_number(head["d"]),
+            variants=_typed(head.get("g", ""), str),
         )
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise Junk(str(exc)) from exc
-    if entry.key != key or len(entry.vary) != len(entry.selected) or head["n"] != len(entry.body):
+    matched = entry.variants or len(entry.vary) == len(entry.selected)
+    if entry.key != key or not matched or head["n"] != len(entry.body):
         raise Junk("another key")
     return entry
 

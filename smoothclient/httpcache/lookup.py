@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import secrets
 import threading
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from .cache import HttpCache
-from .entry import Entry, aged
+from .entry import Entry, aged, index_of, variant_key
 from .rules import (
     CACHEABLE_METHODS,
     SAFE_METHODS,
@@ -31,6 +32,7 @@ from .rules import (
     request_rules,
     storable,
     usable,
+    vary_names,
     vary_values,
 )
 from .validation import (
@@ -146,8 +148,13 @@ class Lookup:
         #: stored response they select is answered with a 304 (docs/http-cache.md section 1).
         self.conditional = bool(self.key) and caller_conditional(headers)
         self.entry: Entry | None = None
+        #: Where this request's response is stored: the primary key, or its variant's key
+        #: when the stored response varies (``index``: the index of its variants).
+        self.slot = self.key
+        self.index: Entry | None = None
         self.label: CacheLabel = "bypass"
         self.claimed = False
+        self._claimed_key = ""
         self.waited = 0.0
         self.sent = 0.0
 
@@ -161,16 +168,14 @@ class Lookup:
         if self.bypass:
             return self._fetch(None)
         cache, rules = self.cache, self.rules
-        entry = cache.get(self.key)
-        if entry is not None and entry.selected != vary_values(entry.vary, self.headers):
-            entry = None  # stored for another variant: this request is a miss
+        entry = self.find()
         self.entry = entry
         now = cache.clock()
         if entry is None:
             if rules.only_if_cached:
                 return Refuse()
             # (a caller's conditional miss is not waited for: its answer is likely a 304)
-            if self.conditional or not cache.coalesces(self.key) or self._claim():
+            if self.conditional or not cache.coalesces(self.slot) or self._claim():
                 return self._fetch(None)
             return self._wait()
         fresh = entry.freshness
@@ -195,6 +200,27 @@ class Lookup:
             return self._serve(entry, "stale")
         return self._wait()
 
+    def find(self) -> Entry | None:
+        """
+        The stored response that may answer this request (``None``: none), by the store's key.
+
+        Under the primary key is the response, or the index of its variants (a response that
+        varies): then the variant the request's values of the index's fields select, under
+        a key of its own (:attr:`slot`).  A response stored for other values is no answer.
+        """
+        cache = self.cache
+        found = cache.get(self.key)
+        self.index, self.slot = None, self.key
+        if found is not None and found.variants:
+            self.index = found
+            self.slot = variant_key(self.key, found, vary_values(found.vary, self.headers))
+            found = cache.get(self.slot)
+            if found is not None and (found.variants or found.vary != self.index.vary):
+                found = None  # (not what this index stores: never served)
+        if found is not None and found.selected != vary_values(found.vary, self.headers):
+            return None  # stored for another variant: this request is a miss
+        return found
+
     def _early(self) -> bool:
         """
         Claim the key for an early refresh, in the cache's turn of early refreshes if spaced.
@@ -211,7 +237,9 @@ class Lookup:
     def _claim(self) -> bool:
         if self.claimed:
             return True
-        self.claimed = self.cache.claim(self.key)
+        self.claimed = self.cache.claim(self.slot)
+        if self.claimed:
+            self._claimed_key = self.slot
         return self.claimed
 
     def _wait(self) -> Wait | Fetch:
@@ -281,7 +309,7 @@ class Lookup:
         self._count("miss")
         if not self._storable(status, pairs):
             if entry is not None and status < 500:
-                cache.delete([self.key])
+                cache.delete([self.slot])
             self.done(cacheable=False)
             return Pass()
         size = header(pairs, "content-length")
@@ -306,9 +334,7 @@ class Lookup:
 
     def _freshen(self, entry: Entry, pairs: list[tuple[str, str]], now: float) -> Entry:
         """``entry`` updated by a 304 received ``now`` and stored (the lookup ends)."""
-        updated = self.cache.entry(
-            self.key,
-            self.headers,
+        updated = self._place(
             entry.status,
             merge_304(entry.headers, pairs),
             entry.body,
@@ -316,7 +342,6 @@ class Lookup:
             now,
             due=entry.born + entry.refresh,
         )
-        self.cache.put(updated)
         self.done()
         self._count("revalidated")
         return updated
@@ -357,9 +382,7 @@ class Lookup:
         dropped |= {name.strip().lower() for name in listed.split(",")}
         headers = [(k, v) for k, v in recorder.headers if k.lower() not in dropped]
         headers.append(("Content-Length", str(len(body))))
-        entry = self.cache.entry(
-            self.key,
-            self.headers,
+        self._place(
             recorder.status,
             headers,
             body,
@@ -368,15 +391,55 @@ class Lookup:
             first=self.entry is None,
             due=None if self.entry is None else self.entry.born + self.entry.refresh,
         )
-        self.cache.put(entry)
         self.done()
+
+    def _place(
+        self,
+        status: int,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        sent: float,
+        received: float,
+        *,
+        first: bool = False,
+        due: float | None = None,
+    ) -> Entry:
+        """
+        Store a response to this request where it belongs, and return its entry.
+
+        One that does not vary goes under the primary key (replacing an index of variants
+        there: its variants become unreachable).  One that varies goes under its variant's key,
+        in the index of the fields it names: the one stored when it names the same fields
+        (extended to outlive the variant), else a new one (the variants of the old, which
+        named other fields, become unreachable).
+        """
+        cache = self.cache
+        names = vary_names(headers)
+        key, index = self.key, None
+        if names:
+            index = self.index
+            if index is None or index.vary != names:
+                index = index_of(self.key, names, secrets.token_hex(8), received, 0.0)
+            key = variant_key(self.key, index, vary_values(names, self.headers))
+        entry = cache.entry(
+            key, self.headers, status, headers, body, sent, received, first=first, due=due
+        )
+        cache.put(entry)
+        if index is not None:
+            now = cache.clock()
+            needed = entry.keep_for(now)
+            if index is not self.index or index.born + index.lifetime < now + needed:
+                index = index_of(self.key, names, index.variants, now, 2 * needed)
+                cache.put(index, index.lifetime)
+            self.index, self.slot = index, key
+        return entry
 
     def done(self, *, cacheable: bool = True) -> None:
         """End the lookup: give back its claim (idempotent, from any thread)."""
         with _DONE:
             claimed, self.claimed = self.claimed, False
         if claimed:
-            self.cache.release(self.key, cacheable=cacheable)
+            self.cache.release(self._claimed_key, cacheable=cacheable)
 
 
 class Recorder:

@@ -12,7 +12,7 @@ import pytest
 from smoothclient.edges.cached import EdgeIO, cached_send
 from smoothclient.httpcache import HttpCache
 from smoothclient.httpcache.entry import Entry
-from smoothclient.httpcache.lookup import Recorder
+from smoothclient.httpcache.lookup import Lookup, Recorder
 from smoothclient.testing import FakeClock
 
 NOW = 1_700_000_000.0
@@ -112,9 +112,9 @@ class Client:
             self.spawned.append,
         )
 
-    def entry(self, url: str = URL) -> Entry | None:
-        """What is stored for a GET of ``url``."""
-        return self.cache.get(f"GET {url}")
+    def entry(self, url: str = URL, headers: Iterable[tuple[str, str]] = ()) -> Entry | None:
+        """What is stored for a GET of ``url`` with ``headers`` (its variant, if it varies)."""
+        return Lookup(self.cache, "GET", url, list(headers)).find()
 
 
 @pytest.fixture

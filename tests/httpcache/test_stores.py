@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from smoothclient.httpcache import Entry, HttpCache, MemoryStore, RedisStore, SqliteStore
-from smoothclient.httpcache.entry import Junk, decode, encode
+from smoothclient.httpcache.entry import Junk, decode, encode, index_of
 from smoothclient.testing import FakeClock
 
 from .conftest import URL, client, fixed
@@ -28,6 +28,12 @@ def entry(key: str = "GET " + URL, body: bytes = b"v1") -> Entry:
 def test_an_entry_survives_its_bytes() -> None:
     e = entry(body=b"\x00\xffbody")
     assert decode(encode(e), e.key) == e
+
+
+def test_an_index_of_variants_survives_its_bytes() -> None:
+    index = index_of("GET " + URL, ("accept", "accept-language"), "0123abcd", 5.0, 120.0)
+    assert decode(encode(index), index.key) == index
+    assert decode(encode(entry()), entry().key).variants == ""
 
 
 @given(st.binary(max_size=200))
