@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .cache import HttpCache
 from .entry import Entry, aged, index_of, variant_key
+from .ranges import partial, same_representation
 from .rules import (
     CACHEABLE_METHODS,
     SAFE_METHODS,
@@ -147,6 +148,10 @@ class Lookup:
         #: The caller sent its own validators: they go to the origin as they are, and a
         #: stored response they select is answered with a 304 (docs/http-cache.md section 1).
         self.conditional = bool(self.key) and caller_conditional(headers)
+        #: The caller asks for a range: a stored 200 answers it with a 206 of those bytes;
+        #: sent to the origin, it is answered in the foreground and holds nobody up (its
+        #: answer is likely a 206, which stores nothing).
+        self.ranged = bool(self.key) and header(headers, "range") is not None
         self.entry: Entry | None = None
         #: Where this request's response is stored: the primary key, or its variant's key
         #: when the stored response varies (``index``: the index of its variants).
@@ -175,7 +180,9 @@ class Lookup:
             if rules.only_if_cached:
                 return Refuse()
             # (a caller's conditional miss is not waited for: its answer is likely a 304)
-            if self.conditional or not cache.coalesces(self.slot) or self._claim():
+            if self.conditional or self.ranged:
+                return self._fetch(None)
+            if not cache.coalesces(self.slot) or self._claim():
                 return self._fetch(None)
             return self._wait()
         fresh = entry.freshness
@@ -184,7 +191,7 @@ class Lookup:
             if not rules.only_if_cached:
                 if held is False:  # the caller holds another copy: the origin says which
                     return self._fetch(entry)
-                if cache.due(entry, now) and self._early():
+                if not self.ranged and cache.due(entry, now) and self._early():
                     return self._fetch(entry)  # early: still fresh, so it stands in on failure
             return self._serve(entry, "hit")
         if rules.only_if_cached:
@@ -193,6 +200,8 @@ class Lookup:
             return self._fetch(entry)
         if self.conditional:  # stale: validated with the caller's validators, never behind
             return self._fetch(entry) if held is False or self._claim() else self._wait()
+        if self.ranged:  # validated in the foreground, claiming nothing
+            return self._fetch(entry)
         swr = not entry.strict and fresh.age(now) - entry.lifetime <= entry.swr
         if self._claim():
             return self._serve(entry, "stale", background=True) if swr else self._fetch(entry)
@@ -261,11 +270,22 @@ class Lookup:
 
     def _serve(self, entry: Entry, label: CacheLabel, *, background: bool = False) -> Serve:
         self._count(label)
-        served = aged(entry, self.cache.clock())
+        return Serve(self._shaped(entry, self.cache.clock()), label, background)
+
+    def _shaped(self, entry: Entry, now: float) -> Entry:
+        """
+        ``entry`` as this request gets it ``now``.
+
+        With its current ``Age``; a 304 when the caller's validators select it; the 206 of
+        the range asked for, when it is a 200 and one range is asked for.
+        """
+        served = aged(entry, now)
         if self._held(entry):  # the caller has this response already: a 304, no body
             headers = tuple(not_modified_headers(served.headers))
-            served = dataclasses.replace(served, status=304, headers=headers, body=b"")
-        return Serve(served, label, background)
+            return dataclasses.replace(served, status=304, headers=headers, body=b"")
+        if self.ranged:
+            return partial(served, self.headers) or served
+        return served
 
     def _count(self, label: CacheLabel) -> None:
         self.label = label
@@ -301,7 +321,9 @@ class Lookup:
         if status == 304 and self.conditional:
             return self._not_modified(entry, pairs, now)
         if status == 304 and entry is not None:
-            return Serve(aged(self._freshen(entry, pairs, now), now), "revalidated")
+            return Serve(self._shaped(self._freshen(entry, pairs, now), now), "revalidated")
+        if status == 206:
+            return self._partial_content(entry, pairs, now)
         if status in ERROR_STATUSES and entry is not None:
             stand_in = self._stand_in(entry, now)
             if stand_in is not None:
@@ -332,8 +354,36 @@ class Lookup:
         self._freshen(entry, pairs, now)
         return Pass()
 
-    def _freshen(self, entry: Entry, pairs: list[tuple[str, str]], now: float) -> Entry:
-        """``entry`` updated by a 304 received ``now`` and stored (the lookup ends)."""
+    def _partial_content(
+        self, entry: Entry | None, pairs: list[tuple[str, str]], now: float
+    ) -> Pass:
+        """
+        A 206 from the origin: the caller's, never stored (it is a part, not the response).
+
+        When it is a part of the stored response (the same strong validator, RFC 9111
+        section 3.4: one range, its ``Content-Range`` alone), it freshens that as a 304 would;
+        when its validator says the stored response is no longer the current one (the
+        validators sent did not match), that is deleted; else the store is left as it was.
+        """
+        if entry is not None and not self.conditional:
+            same = same_representation(entry.headers, pairs)
+            if same and entry.status == 200 and header(pairs, "content-range") is not None:
+                self._freshen(entry, pairs, now, "miss")
+                return Pass()
+            if same is False:
+                self.cache.delete([self.slot])
+        self.done()
+        self._count("miss")
+        return Pass()
+
+    def _freshen(
+        self,
+        entry: Entry,
+        pairs: list[tuple[str, str]],
+        now: float,
+        label: CacheLabel = "revalidated",
+    ) -> Entry:
+        """``entry`` updated by a 304 (or a 206 of it) received ``now`` and stored (it ends)."""
         updated = self._place(
             entry.status,
             merge_304(entry.headers, pairs),
@@ -343,7 +393,7 @@ class Lookup:
             due=entry.born + entry.refresh,
         )
         self.done()
-        self._count("revalidated")
+        self._count(label)
         return updated
 
     def _storable(self, status: int, pairs: list[tuple[str, str]]) -> bool:
