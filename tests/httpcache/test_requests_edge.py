@@ -155,6 +155,19 @@ def test_a_variant_answers_values_that_differ_only_in_form() -> None:
     assert len(adapter.sent) == 2
 
 
+def test_two_variants_and_a_range_of_one_through_the_adapter() -> None:
+    """Each language stored beside the other; a range of one answered by a 206 from it."""
+    fields = {"Cache-Control": "max-age=60", "Vary": "Accept-Language"}
+    s, adapter, _ = session([(200, fields, b"english"), (200, fields, b"deutsch")])
+    for language in ("en", "de", "en", "de"):
+        s.get(URL, headers={"Accept-Language": language})
+    part = s.get(URL, headers={"Accept-Language": "de", "Range": "bytes=-4"})
+    assert (part.status_code, part.text) == (206, "tsch")
+    assert part.headers["Content-Range"] == "bytes 3-6/7"
+    assert record_of(part).cache == "hit"  # type: ignore[union-attr]
+    assert len(adapter.sent) == 2
+
+
 def test_stale_if_error_answers_for_a_connection_error() -> None:
     s, _adapter, _ = session(
         [
