@@ -343,6 +343,22 @@ def test_requests_with_credentials_never_share_an_entry(wall: FakeClock) -> None
     assert c.get().cache == "miss"
 
 
+@pytest.mark.parametrize(
+    "cache_control",
+    ["max-age=60, public", "max-age=60, must-revalidate", "s-maxage=60, max-age=60"],
+)
+def test_a_response_to_credentials_is_never_shared_even_when_it_says_it_may(
+    wall: FakeClock, cache_control: str
+) -> None:
+    """RFC 9111 section 3.5 would let a shared cache share these: this cache never does."""
+    c = client(wall, fixed(cache_control=cache_control))
+    c.get(headers=[("Authorization", "Bearer a")])
+    assert c.get(headers=[("Authorization", "Bearer a")]).cache == "hit"
+    assert c.get().cache == "miss"
+    assert c.get(headers=[("Authorization", "Bearer b")]).cache == "miss"
+    assert len(c.origin.requests) == 3
+
+
 def test_bodies_over_max_body_are_not_stored(wall: FakeClock) -> None:
     c = client(wall, fixed(cache_control="max-age=60", body=b"x" * 100), max_body=50)
     assert c.get().body == b"x" * 100
