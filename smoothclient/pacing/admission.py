@@ -65,11 +65,11 @@ def _behind_probe(o: OriginState, s: Settings, now: float) -> Admission | None:
 
 
 def _plan(
-    o: OriginState, now: float, not_before: float, deadline: float | None
+    o: OriginState, s: Settings, now: float, not_before: float, deadline: float | None
 ) -> tuple[Admission, float | None]:
     """The answer for a slot no earlier than ``not_before``, and the slot if it is granted."""
     if _crowd_full(o, now):  # asked again soon: an answer frees a place
-        return Admission(PROBE_POLL, final=False), None
+        return Admission(_crowd_poll(o, s), final=False), None
     start = max(now, not_before, o.gate)
     at = _slot(o, start)
     if at is None:  # a reset is being probed: its answer says how many may go
@@ -133,7 +133,7 @@ def _acquire(
     probing = _probing(o, s, now)
     if probing is not None:
         return probing
-    answer, at = _plan(o, now, not_before, deadline)
+    answer, at = _plan(o, s, now, not_before, deadline)
     due = NO_DEADLINE if deadline is None else deadline
     if at is not None:
         yielded = _yields(o, s, now, due, at)
@@ -267,7 +267,7 @@ def when(
     """
     answer = _behind_probe(o, s, now)
     if answer is None:
-        answer, at = _plan(o, now, not_before, deadline)
+        answer, at = _plan(o, s, now, not_before, deadline)
         if at is not None:
             yielded = _yields(o, s, now, NO_DEADLINE if deadline is None else deadline, at)
             if yielded is not None:
@@ -340,6 +340,20 @@ def _crowd_full(o: OriginState, now: float) -> bool:
     if o.in_flight + o.waiting + 1 <= o.crowd_window:
         return False
     return now - o.crowd_moved < STALE * (o.latency or 0.0)
+
+
+def _crowd_poll(o: OriginState, s: Settings) -> float:
+    """
+    When a request held by a full crowd window asks again.
+
+    In memory at once (:data:`PROBE_POLL`): an ask costs microseconds, and this process's own
+    answers free the places it waits for.  Through a shared store an ask is a round trip and
+    the places free as the fleet's answers come back, about ``latency / window`` apart: asked
+    again a quarter of a service time later (at most ``HORIZON / 2``).
+    """
+    if not s.shared or not o.latency:
+        return PROBE_POLL
+    return min(HORIZON / 2, max(PROBE_POLL, o.latency / 4))
 
 
 def healthy(o: OriginState | None, now: float) -> bool:

@@ -44,9 +44,13 @@ goes then, and for a quiet spell every throttle is the rate controller's, which 
 cut knowing the throttles the window took.  So a rate limiter on a slow origin (a remote
 server, 60 ms a round trip) is paced as before, after a few throttles more.
 
-Not on a shared store yet: the requests in flight it counts are each process's, written
-with its next step, so the others' counts lag the window they would have to fill (a fleet of
-three through Redis took up to 10 s for 1.2 s of work; it keeps the rate controller).
+**Through a shared store** the window is the fleet's: ``o.in_flight`` is every process's
+count summed (each as its process last wrote it), so the same rules set the window on the
+fleet's requests in flight and admit against them.  Two things keep those counts fresh enough:
+a success under a window is written at once, not deferred to the process's next step
+(:func:`~.learning.can_wait`: deferred, a process that had finished its work held its places
+until its count faded), and a request held by a full window asks again a quarter of a service
+time later (:mod:`.admission`), since each ask is a round trip.
 
 Like :mod:`.state`, nothing here locks, sleeps or reads a clock.
 """
@@ -124,7 +128,7 @@ def _take_over(o: OriginState, s: Settings, now: float) -> None:
     service time, and the rate controller paced it at a request a second: a concurrency
     limit's share is a window (one place: this success's), not that rate.
     """
-    if not o.learned or o.punishes or s.shared or now - o.lone_at <= s.quiet:
+    if not o.learned or o.punishes or now - o.lone_at <= s.quiet:
         return
     forget(o)
     o.ceiling = math.inf
@@ -167,8 +171,8 @@ def crowded(
     at least): the window goes, and none is set for a quiet spell.  Turned away at once, alone,
     the others of a fleet hold every place: the window goes below one (see the module).
     """
-    if s.shared or o.latency is None or o.latency < SERVED:
-        return False  # (a shared store's counts are each process's, written when it can)
+    if o.latency is None or o.latency < SERVED:
+        return False
     others = o.in_flight
     now_width = width(o)
     slow = sent_at is None or now - sent_at >= SLOW * o.latency

@@ -208,6 +208,8 @@ def can_wait(o: OriginState, status: int, hints: Hints) -> bool:
         return False
     if not o.known or o.reset_probe is not None or o.early_sent is not None:
         return False
+    if o.crowd_window != math.inf:
+        return False  # (the place it frees is the fleet's: others wait for it)
     return hints.remaining is not None or not o.learned
 
 

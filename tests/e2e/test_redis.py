@@ -1182,3 +1182,35 @@ def test_an_attempt_counted_toward_a_budget_never_holds_its_send(server: RedisSe
     assert attempts(b) == 2
     tracker.update(lambda o: None)
     assert attempts(b) == 2  # written once
+
+
+def test_a_crowd_window_is_the_fleets_and_a_freed_place_reaches_it_at_once(
+    server: RedisServer,
+) -> None:
+    """
+    A concurrency limit's window through Redis counts every process's requests in flight.
+
+    Process A fills a window of two; B is held (asking again a quarter of a service time
+    later, not every 5 ms); A's success is written with its answer, not with A's next step
+    (A has none: its work is done), and B's next ask gets the place.
+    """
+    a, b = fleet(server)
+    ta, tb = a.track(ORIGIN), b.track(ORIGIN)
+    assert isinstance(ta.cell, RedisCell) and isinstance(tb.cell, RedisCell)
+
+    def crowded(o: OriginState) -> None:
+        o.known, o.latency = True, 0.1
+        o.crowd_window, o.crowded_at = 2.0, a.clock()
+
+    ta.update(crowded)
+    for _ in range(2):
+        assert ta.acquire(a.clock(), deadline=a.clock() + 10).granted
+        ta.sent()
+    now = b.clock()
+    held = tb.acquire(now, deadline=now + 10)
+    assert not held.final
+    assert held.delay == pytest.approx(0.1 / 4)
+    ta.observe(200, Hints(), a.clock(), sent_at=a.clock() - 0.1)  # written now: no next step
+    time.sleep(0.1 / 4)  # B's copy is trusted a quarter of a service time under a window
+    now = b.clock()
+    assert tb.acquire(now, deadline=now + 10).final

@@ -128,11 +128,41 @@ def test_a_cohort_under_a_window_is_paced_by_it() -> None:
     assert adm.cohort(o, 0.0).paced
 
 
-def test_a_shared_store_keeps_the_rate_controller() -> None:
-    """Its in-flight counts are each process's, written late: no window is built on them."""
-    o = slow(in_flight=5)
-    assert not crowd.crowded(o, st.Settings(probe=0, shared=True), 1.0, counted=True)
-    assert o.crowd_window == math.inf
+def test_a_shared_store_builds_the_window_on_the_fleets_counts() -> None:
+    """Through a shared store ``in_flight`` is the fleet's: the window is the fleet's too."""
+    shared = st.Settings(probe=0, shared=True)
+    o = slow(in_flight=5)  # the fleet's others, every process's counts summed
+    assert crowd.crowded(o, shared, 1.0, counted=True, sent_at=0.999)
+    assert o.crowd_window == 5.0
+    assert o.pace.rate is None
+
+
+def test_a_full_window_is_asked_again_a_quarter_service_time_later_through_a_shared_store() -> None:
+    """
+    In memory a held request asks again at once; through a store an ask is a round trip.
+
+    The fleet's places free about a service time apart, so asking every 5 ms was 20 round
+    trips per place for each waiter of each process.
+    """
+    for settings, again in ((S, st.PROBE_POLL), (st.Settings(probe=0, shared=True), 0.025)):
+        o = slow(in_flight=2, latency=0.1)
+        o.crowd_window, o.crowd_moved = 2.0, 1.0
+        answer = adm.acquire(o, settings, 1.0, 1.0, None)
+        assert not answer.final
+        assert answer.delay == again
+    o = slow(in_flight=2, latency=5.0)  # a slow origin: never more than HORIZON / 2
+    o.crowd_window, o.crowd_moved = 2.0, 1.0
+    assert adm.acquire(o, st.Settings(probe=0, shared=True), 1.0, 1.0, None).delay == (
+        st.HORIZON / 2
+    )
+
+
+def test_a_success_under_a_window_is_no_answer_to_defer() -> None:
+    """The place it frees is the fleet's: a store that deferred it held the fleet's place."""
+    o = slow()
+    assert learning.can_wait(o, 200, Hints())
+    o.crowd_window = 5.0
+    assert not learning.can_wait(o, 200, Hints())
 
 
 # ---------------------------------------------------------------- fleets that share nothing
