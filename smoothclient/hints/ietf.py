@@ -68,8 +68,9 @@ def ietf(ctx: Ctx) -> list[Quota]:
     quotas of a list are worked out once per (policy, shape) as a :class:`_Template`, and
     each response's list only fills in its numbers (the same quotas as :func:`_read_whole`).
     """
-    policy = ", ".join(ctx.raw("ratelimit-policy"))
-    text = ", ".join(ctx.raw("ratelimit"))
+    fields = ctx.fields
+    policy = ", ".join(fields.get("ratelimit-policy", ()))
+    text = ", ".join(fields.get("ratelimit", ()))
     parts = sfv.split_runs(text)
     key = (policy, "0".join(parts[0::2]))
     template = _TEMPLATES.get(key, _UNKNOWN)

@@ -95,16 +95,6 @@ def _plan(names: tuple[str, ...]) -> tuple[tuple[Extractor, ...], bool, bool, bo
     )
 
 
-def _gather_quotas(ctx: Ctx, extractors: tuple[Extractor, ...]) -> list[Quota]:
-    quotas: list[Quota] = []
-    for extract in extractors:
-        try:
-            quotas.extend(extract(ctx))
-        except Exception:  # never crash on server input
-            log.debug("could not read %s hints; ignoring them", extract.__name__, exc_info=True)
-    return quotas
-
-
 #: Cheaply: could these headers hold any hint?  ``False``: :func:`read_hints` finds nothing.
 has_hints = _fields.scan
 
@@ -136,9 +126,13 @@ def read_fields(
     extractors, timed, verdicts, aged, marked = _plan(ctx.names)
     delay = _safely("Retry-After", retry_after, ctx, None) if timed else None
     verdict = _safely("should-retry", should_retry, ctx, None) if verdicts else None
-    quotas = (
-        [] if not extractors or (aged and _from_cache(ctx)) else _gather_quotas(ctx, extractors)
-    )
+    quotas: list[Quota] = []
+    if extractors and not (aged and _from_cache(ctx)):
+        for extract in extractors:
+            try:
+                quotas.extend(extract(ctx))
+            except Exception:  # never crash on server input
+                log.debug("could not read %s hints; ignoring them", extract.__name__, exc_info=True)
     return hints_of(
         quotas, retry_after=delay, should_retry=verdict, origin_wide=marked and _global(ctx)
     )
