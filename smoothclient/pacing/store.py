@@ -205,7 +205,7 @@ class Tracker:
     :class:`Cell`) and :class:`~.bound.Bound` (a request bound by several).  Each operation
     that may do I/O is a step of :attr:`steps` (a :class:`Stepwise`, what async edges drive);
     the plain methods here drive the same steps in this thread (:func:`run`), or do them at
-    once where a tracker can (:meth:`_plain`).
+    once where a tracker can (:attr:`_plain`).
     """
 
     __slots__ = ()
@@ -216,26 +216,29 @@ class Tracker:
     healthy: Callable[[float], bool]
     #: Note a plain success at ``now`` on a healthy key (the fast lane's only bookkeeping).
     note_success: Callable[[float], None]
+    #: Count one attempt toward a budget at ``now`` (on the fast lane of every request).
+    record_attempt: Callable[[RetryBudget, float], None]
 
+    @property
     def _plain(self) -> Any:
         """The operations of :attr:`steps`, each returning its result (driven by :func:`run`)."""
         return _Driven(self.steps)
 
     def try_now(self, now: float) -> bool:
         """Admit one request at once if a slot is free now (counted in flight)."""
-        return self._plain().try_now(now)  # type: ignore[no-any-return]
+        return self._plain.try_now(now)  # type: ignore[no-any-return]
 
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
         """Reserve a slot no earlier than ``not_before`` (counted waiting if granted)."""
-        return self._plain().acquire(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
+        return self._plain.acquire(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Admission:
         """What :meth:`acquire` would answer, reserving nothing."""
-        return self._plain().when(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
+        return self._plain.when(now, not_before=not_before, deadline=deadline)  # type: ignore[no-any-return]
 
     def observe(
         self,
@@ -247,23 +250,23 @@ class Tracker:
         counted: bool = True,
     ) -> None:
         """Learn from one response."""
-        self._plain().observe(status, hints, now, sent_at=sent_at, counted=counted)
+        self._plain.observe(status, hints, now, sent_at=sent_at, counted=counted)
 
     def cohort(self, now: float) -> CohortView:
         """What the retry engine needs to know of the cohort."""
-        return self._plain().cohort(now)  # type: ignore[no-any-return]
+        return self._plain.cohort(now)  # type: ignore[no-any-return]
 
     def try_retry(self, budget: RetryBudget, now: float) -> bool:
         """Take room for one retry from ``budget`` if it has it (check and take at once)."""
-        return self._plain().try_retry(budget, now)  # type: ignore[no-any-return]
+        return self._plain.try_retry(budget, now)  # type: ignore[no-any-return]
 
     def view(self, now: float) -> OriginView:
         """A snapshot, for monitoring."""
-        return self._plain().view(now)  # type: ignore[no-any-return]
+        return self._plain.view(now)  # type: ignore[no-any-return]
 
     def update(self, step: Callable[[OriginState], T]) -> T:
         """Apply ``step`` (a pure function of the state) as one atomic step; its result."""
-        return self._plain().update(step)  # type: ignore[no-any-return]
+        return self._plain.update(step)  # type: ignore[no-any-return]
 
     def read(self, look: Callable[[OriginState], T], *, fresh: bool = False) -> T:
         """
@@ -271,11 +274,7 @@ class Tracker:
 
         ``fresh``: a shared store reads the state now, not a copy it may trust a moment.
         """
-        return self._plain().read(look, fresh=fresh)  # type: ignore[no-any-return]
-
-    def record_attempt(self, budget: RetryBudget, now: float) -> None:
-        """Count one attempt toward ``budget``."""
-        raise NotImplementedError  # pragma: no cover - each kind of tracker has its own
+        return self._plain.read(look, fresh=fresh)  # type: ignore[no-any-return]
 
     def sent(self) -> None:
         """An admitted request is now on the wire."""
@@ -313,7 +312,7 @@ class CellSteps:
     an attempt itself).
     """
 
-    __slots__ = ("_read", "_update", "cell")
+    __slots__ = ("_defers", "_read", "_update", "cell")
 
     def __init__(
         self,
@@ -324,6 +323,9 @@ class CellSteps:
         self.cell = cell
         self._update = cell.update if update is None else update
         self._read = cell.read if read is None else read
+        #: whether the cell may let an answer's news wait (:data:`Later`); one that applies
+        #: every update itself is not told how
+        self._defers = not isinstance(cell, MemoryCell)
 
     def healthy(self, now: float) -> Steps[bool]:
         return self._read(lambda o, _s: adm.healthy(o, now))
@@ -353,6 +355,9 @@ class CellSteps:
         # (closures: on the fast lane of every response with hints, partials cost a microsecond)
         def learn(o: OriginState, s: Settings, counted: bool = counted) -> None:
             learning.observe(o, s, status, hints, now, sent_at=sent_at, counted=counted)
+
+        if not self._defers:
+            return self._update(learn)
 
         def may(o: OriginState) -> bool:
             return learning.can_wait(o, status, hints)
@@ -421,28 +426,29 @@ class KeyTracker(Tracker):
     which go to the cell directly.
     """
 
-    __slots__ = ("_now", "cell", "healthy", "key", "note_success", "steps")
+    __slots__ = ("_plain", "cell", "healthy", "key", "note_success", "record_attempt", "steps")
 
     def __init__(self, cell: Cell) -> None:
         """The tracker of ``cell``'s key."""
         self.cell = cell
         self.key = cell.key
         self.steps: CellSteps = CellSteps(cell)
-        #: The same operations, each returning its result (see :class:`CellSteps`).
-        self._now: Any = CellSteps(cell, *at_once(cell))
+        #: The plain operations: the same steps, their primitives done at once, each
+        #: returning its result (see :class:`CellSteps`).
+        self._plain: Any = CellSteps(cell, *at_once(cell))
         # the fast lane's calls, the cell's own (lock-free in memory)
         self.healthy: Callable[[float], bool] = cell.healthy
         self.note_success: Callable[[float], None] = cell.note_success
+        #: Count one attempt toward a budget: the cell's own call where it counts at once
+        self.record_attempt: Callable[[RetryBudget, float], None] = (
+            cell.record_attempt if isinstance(cell, MemoryCell) else self._record_attempt
+        )
 
     def __repr__(self) -> str:
         """Show the key and the kind of cell."""
         return f"<KeyTracker {self.key!r} on {type(self.cell).__name__}>"
 
-    def _plain(self) -> Any:
-        """The plain operations: the steps' own, their primitives done at once."""
-        return self._now
-
-    def record_attempt(self, budget: RetryBudget, now: float) -> None:
+    def _record_attempt(self, budget: RetryBudget, now: float) -> None:
         steps = self.cell.record_attempt(budget, now)
         if steps is not None:
             run(steps)
