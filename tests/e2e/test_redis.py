@@ -1196,7 +1196,8 @@ def test_a_crowd_window_is_the_fleets_and_a_freed_place_reaches_it_at_once(
     """
     a, b = fleet(server)
     ta, tb = a.track(ORIGIN), b.track(ORIGIN)
-    assert isinstance(ta.cell, RedisCell) and isinstance(tb.cell, RedisCell)
+    assert isinstance(ta.cell, RedisCell)
+    assert isinstance(tb.cell, RedisCell)
 
     def crowded(o: OriginState) -> None:
         o.known, o.latency = True, 0.1

@@ -279,11 +279,28 @@ EPISODE = CohortView(failing=0.5)  # an origin failing half its answers: a brown
 
 
 def test_an_origins_episode_spreads_the_retries_over_the_time_left() -> None:
-    """Half the answers failing: the 3 attempts left spread over the 10 s left, not 100 ms."""
+    """
+    Half the answers failing: the first retry is quick, the ones after it spread.
+
+    A request that failed at random is retried at once (its retry succeeds as often then as
+    later), and one that failed twice spreads its attempts left over the 10 s left, not 100 ms
+    (the episode may be a stretch of time that fails everything).
+    """
     policy = RetryPolicy(attempts=4, timeout=10.0)
-    d = run(Outcome.from_status(503), policy=policy, state=CallState(started=0.0), cohort=EPISODE)
+    first = run(
+        Outcome.from_status(503), policy=policy, state=CallState(started=0.0), cohort=EPISODE
+    )
+    assert isinstance(first, Retry)
+    assert first.window == pytest.approx((0.0, 0.1))  # the backoff's own
+    d = run(
+        Outcome.from_status(503),
+        policy=policy,
+        state=CallState(started=0.0, attempt=2),
+        now=1.0,
+        cohort=EPISODE,
+    )
     assert isinstance(d, Retry)
-    assert d.window == pytest.approx((0.0, 10.0 / 3))
+    assert d.window == pytest.approx((0.0, 9.0 / 2))  # 2 attempts left, 9 s left
     later = run(
         Outcome.from_error("connect", sent=False),
         policy=policy,
@@ -324,13 +341,15 @@ def test_no_deadline_no_spread() -> None:
 
 def test_an_episodes_spread_never_passes_wait_max() -> None:
     policy = RetryPolicy(attempts=3, timeout=60.0, wait_max=2.0)
-    d = run(Outcome.from_status(503), policy=policy, cohort=EPISODE)
+    state = CallState(started=0.0, attempt=2)
+    d = run(Outcome.from_status(503), policy=policy, state=state, cohort=EPISODE)
     assert isinstance(d, Retry)
     assert d.window == (0.0, 2.0)
 
 
 def test_an_episodes_spread_never_passes_max_retry_after() -> None:
     policy = RetryPolicy(attempts=3, timeout=60.0, max_retry_after=1.5)
-    d = run(Outcome.from_status(503), policy=policy, cohort=EPISODE)
+    state = CallState(started=0.0, attempt=2)
+    d = run(Outcome.from_status(503), policy=policy, state=state, cohort=EPISODE)
     assert isinstance(d, Retry)
     assert d.window == (0.0, 1.5)
