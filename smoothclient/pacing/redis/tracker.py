@@ -200,12 +200,8 @@ class RedisCell:
 
     def _trusted(self) -> bool:
         """
-        Whether the copy was read or written within :data:`TRUST` seconds.
-
-        Under a crowd window (a concurrency limit's), within a quarter of a service time: the
-        places its held requests ask for free as the fleet's answers come back, and a poll
-        answered from a copy trusted for 100 ms missed them (a fleet of six against
-        ``limit_conn 5`` sent nothing for a service time now and then).
+        Whether the copy was read or written within :data:`TRUST` seconds (a quarter of a
+        service time under a crowd window, whose places free as the fleet's answers come back).
         """
         trust, state = TRUST, self.state
         if state.crowd_window != math.inf and state.latency:
