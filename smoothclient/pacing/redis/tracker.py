@@ -199,10 +199,7 @@ class RedisCell:
         state.processes = 1 + len(self.others)
 
     def _trusted(self) -> bool:
-        """
-        Whether the copy was read or written within :data:`TRUST` seconds (a quarter of a
-        service time under a crowd window, whose places free as the fleet's answers come back).
-        """
+        """Whether the copy was read or written within TRUST (a crowd window's: latency / 4)."""
         trust, state = TRUST, self.state
         if state.crowd_window != math.inf and state.latency:
             trust = min(trust, state.latency / 4)
