@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from smoothclient import Hints
 from smoothclient.pacing import admission as adm
 from smoothclient.pacing import crowd, learning
@@ -229,15 +231,17 @@ def test_a_success_below_one_holds_a_place_again() -> None:
     assert o.crowd_window == 2.0
 
 
-def test_a_rate_learned_before_the_first_success_gives_way_to_the_window() -> None:
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_rate_learned_before_the_first_success_gives_way_to_the_window(shared: bool) -> None:
     """
     A process whose first request was turned away knew no service time: the rate
     controller paced it at a request a second.  Its first success shows a slow origin:
-    one place, not that rate.
+    one place, not that rate (through a shared store too: the fleet's state).
     """
     o = st.OriginState(known=True)
     o.learned, o.pace.rate, o.last_throttle = True, 1.0, 1.9
-    learning.observe(o, S, 200, Hints(), 2.1, sent_at=2.0, counted=True)
+    settings = st.Settings(probe=0, shared=shared)
+    learning.observe(o, settings, 200, Hints(), 2.1, sent_at=2.0, counted=True)
     assert not o.learned
     assert o.pace.rate is None
     assert o.crowd_window == 2.0  # its place, and this success's full window widened
