@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -178,7 +179,7 @@ def github(clock: FakeClock) -> Fake:
             "x-ratelimit-limit": str(quota.limit),
             "x-ratelimit-remaining": str(quota.remaining),
             "x-ratelimit-used": str(quota.limit - quota.remaining),
-            "x-ratelimit-reset": str(int(time.time() + quota.reset_in + 0.999)),
+            "x-ratelimit-reset": str(math.ceil(time.time() + quota.reset_in)),
             "x-ratelimit-resource": resource,
         }
         return (200 if ok else 403), headers
@@ -362,7 +363,8 @@ def _spent(dialect: str, clock: FakeClock, sent: list[float]) -> Fake:
             headers = {
                 "x-ratelimit-limit": "30",
                 "x-ratelimit-remaining": str(left),
-                "x-ratelimit-reset": str(int(time.time() + reset + 0.999)),
+                # rounded up, as GitHub does (``int(x + 0.999)`` stated it up to 1 ms early)
+                "x-ratelimit-reset": str(math.ceil(time.time() + reset)),
                 "x-ratelimit-resource": "search",
             }
             return (200 if ok else 403), headers
