@@ -116,7 +116,7 @@ class LLMServer(Listening):
         self.statuses: Counter[int] = Counter()
         #: requests by the SDK's retry count header (``"0"``: first tries)
         self.retry_counts: Counter[str] = Counter()
-        #: events of streamed answers written so far
+        #: events of streamed answers written so far (each counted as its write begins)
         self.streamed = 0
 
     @property
@@ -223,9 +223,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         for event in _events(owner.vendor, prompt, completion):
+            owner.streamed += 1  # (counted first: a client may read it before a write returns)
             self.wfile.write(event.encode())
             self.wfile.flush()
-            owner.streamed += 1
             if owner.stream_gap:
                 time.sleep(owner.stream_gap)
 
