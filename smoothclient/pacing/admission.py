@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from ..engine.decide import CohortView
+from .crowd import asks_again
 from .outage import failing_share, taken
 from .state import (
     EARLY_MAX,
@@ -351,9 +352,8 @@ def _crowd_poll(o: OriginState, s: Settings) -> float:
     the places free as the fleet's answers come back, about ``latency / window`` apart: asked
     again a quarter of a service time later (at most ``HORIZON / 2``).
     """
-    if not s.shared or not o.latency:
-        return PROBE_POLL
-    return min(HORIZON / 2, max(PROBE_POLL, o.latency / 4))
+    again = asks_again(o) if s.shared else None
+    return PROBE_POLL if again is None else min(HORIZON / 2, max(PROBE_POLL, again))
 
 
 def healthy(o: OriginState | None, now: float) -> bool:

@@ -50,7 +50,7 @@ fleet's requests in flight and admit against them.  Two things keep those counts
 a success under a window is written at once, not deferred to the process's next step
 (:func:`~.learning.can_wait`: deferred, a process that had finished its work held its places
 until its count faded), and a request held by a full window asks again a quarter of a service
-time later (:mod:`.admission`), since each ask is a round trip.
+time later (:data:`ASK_AGAIN`, :func:`asks_again`), since each ask is a round trip.
 
 Like :mod:`.state`, nothing here locks, sleeps or reads a clock.
 """
@@ -62,7 +62,17 @@ import math
 from .controller import forget
 from .state import OriginState, Settings
 
-__all__ = ["LEAST", "SERVED", "SHRINK", "SLOW", "crowded", "served", "width"]
+__all__ = [
+    "ASK_AGAIN",
+    "LEAST",
+    "SERVED",
+    "SHRINK",
+    "SLOW",
+    "asks_again",
+    "crowded",
+    "served",
+    "width",
+]
 # (its fields are OriginState's: latency, crowd_window, crowded_at, crowd_moved, lone_at, and
 # the GCRA mirror's rate while the window is below one)
 
@@ -80,6 +90,19 @@ SHRINK = 0.5
 #: 50 ms and more to read a 429 that nginx sent at once, and a fleet's process read the
 #: others' full limit_conn as a rate's (6x20: 3.25x the ideal with a half, 2.45x with this).
 SLOW = 0.75
+
+
+#: Through a shared store, a request held by a full window asks again this share of a service
+#: time later, and a process trusts its copy of the fleet's counts no longer: places free as
+#: the fleet's answers come back, and each ask is a round trip.
+ASK_AGAIN = 0.25
+
+
+def asks_again(o: OriginState) -> float | None:
+    """How soon a window's held request asks again through a shared store (``None``: no window)."""
+    if o.crowd_window == math.inf or not o.latency:
+        return None
+    return ASK_AGAIN * o.latency
 
 
 def _below_one(o: OriginState) -> bool:

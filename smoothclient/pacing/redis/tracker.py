@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from ...policy import RetryBudget
 from .. import admission as adm
 from ..codec import clamped, dump, load
+from ..crowd import asks_again
 from ..state import MAX_SUCCESSES, OriginState, Settings
 from ..steps import Steps, Trip, run
 from ..store import Later, MemoryCell, Step
@@ -199,10 +200,9 @@ class RedisCell:
         state.processes = 1 + len(self.others)
 
     def _trusted(self) -> bool:
-        """Whether the copy was read or written within TRUST (a crowd window's: latency / 4)."""
-        trust, state = TRUST, self.state
-        if state.crowd_window != math.inf and state.latency:
-            trust = min(trust, state.latency / 4)
+        """Whether the copy was read or written within TRUST (a crowd window's: asks_again)."""
+        again = asks_again(self.state)
+        trust = TRUST if again is None else min(TRUST, again)
         return time.monotonic() - self.synced <= trust
 
     def _refresh(self, fresh: bool = False) -> Steps[None]:
