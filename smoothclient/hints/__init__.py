@@ -2,7 +2,7 @@
 Server hints: ``Retry-After``, rate-limit headers and JSON error bodies, read with care.
 
 :func:`read_hints` turns any response's headers into :class:`Hints` following the rules of
-docs/headers.md (R1-R15): strict number grammar, all three HTTP-date forms, millisecond companions,
+docs/headers.md (R1-R16): strict number grammar, all three HTTP-date forms, millisecond companions,
 epoch-vs-delta resets by magnitude, the ``Date`` header as clock reference, RFC 9651 parsing of
 the IETF ``RateLimit`` / ``RateLimit-Policy`` fields (drafts -01 to -10), the ``X-RateLimit-*``
 family and the common vendor variants, and the binding quota (the one closest to exhaustion).
