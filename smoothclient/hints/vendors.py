@@ -19,21 +19,32 @@ _SFORCE = re.compile(r"([a-z-]+)=([0-9]+)/([0-9]+)", re.ASCII)
 def vendors(ctx: Ctx) -> Iterator[Quota]:
     """Shopify, Salesforce, HubSpot, Azure, Zendesk endpoint headers."""
     for value in ctx.raw("x-shopify-shop-api-call-limit"):
-        if m := _USED_OF.fullmatch(value):
-            used, limit = float(m.group(1)), float(m.group(2))
-            yield Quota("shopify", max(limit - used, 0.0), limit, None, None)
+        if (m := _USED_OF.fullmatch(value)) and (counts := _used_of(m[1], m[2])):
+            yield Quota("shopify", *counts, None, None)
     for value in ctx.raw("sforce-limit-info"):
         for name, used, limit in _SFORCE.findall(value.lower()):
-            window = DAY if name.endswith("api-usage") else None
-            yield Quota(
-                f"salesforce:{name}", max(float(limit) - float(used), 0.0), float(limit), window
-            )
+            if counts := _used_of(used, limit):
+                window = DAY if name.endswith("api-usage") else None
+                yield Quota(f"salesforce:{name}", *counts, window)
     yield from _hubspot(ctx)
     for name, values in ctx.fields.items():
         if name.startswith("x-ms-ratelimit-remaining-"):
             yield from _azure(name, values)
         elif name.startswith("zendesk-ratelimit-"):
             yield from _zendesk(ctx, name, values)
+
+
+def _used_of(used: str, limit: str) -> tuple[float, float] | None:
+    """
+    What is left of ``used``/``limit`` and the limit (docs/headers.md R9), or ``None``.
+
+    Each a count as :func:`~.numbers.parse_number` reads it: a run of hundreds of digits is
+    no count (``float()`` of it is infinite, and what is left of two of them NaN).
+    """
+    spent, size = parse_number(used), parse_number(limit)
+    if spent is None or size is None:
+        return None
+    return max(size - spent, 0.0), size
 
 
 def _hubspot(ctx: Ctx) -> Iterator[Quota]:
