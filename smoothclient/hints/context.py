@@ -92,6 +92,11 @@ class Ctx:
     def delta(self, seconds: float) -> float | None:
         return seconds if 0 <= seconds <= HORIZON else None
 
+    def seconds(self, value: str) -> float | None:
+        """A delay in seconds (docs/headers.md R13: none beyond the horizon)."""
+        number = parse_number(value)
+        return None if number is None else self.delta(number)
+
     def reset(self, value: str) -> float | None:
         """docs/headers.md R6: a reset value of unknown kind (delta, epoch, epoch ms or a date)."""
         number = parse_number(value)

@@ -40,7 +40,7 @@ def _x_family(ctx: Ctx, prefix: str) -> Iterator[Quota]:
     limit = ctx.count(prefix + "limit")
     if limit is None and prefix == "x-rate-limit-":
         limit = ctx.count("x-rate-limit")  # Zendesk
-    reset = ctx.timing(prefix + "reset-after", parse_number)  # docs/headers.md R7: relative first
+    reset = ctx.timing(prefix + "reset-after", ctx.seconds)  # docs/headers.md R7: relative first
     if reset is None:
         reset = ctx.timing(prefix + "reset")
     window = legacy_window(ctx, prefix + "limit", limit) or ctx.count(prefix + "interval-seconds")

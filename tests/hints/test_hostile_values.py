@@ -74,3 +74,13 @@ def test_vendor_counts_of_a_usual_size_still_read() -> None:
         ("shopify", 1.0, 40.0),
         ("salesforce:api-usage", 4975.0, 5000.0),
     }
+
+
+@pytest.mark.parametrize("name", ["x-ratelimit-reset-after", "x-rate-limit-reset-after"])
+@pytest.mark.parametrize("value", [str(int(HORIZON) + 1), "9" * 300])
+def test_a_reset_after_beyond_the_horizon_is_no_value(name: str, value: str) -> None:
+    """R13: ``X-RateLimit-Reset-After: 31536001`` (or 300 digits) was read as is."""
+    hints = read_hints({name: value, "x-ratelimit-remaining": "0"}, now=NOW)
+    _sane(hints)
+    assert hints.reset_after is None
+    assert read_hints({name: "30"}, now=NOW).reset_after == 30.0
