@@ -137,6 +137,13 @@ def _as_scope(quota: Quota, dim: str, per_call: float | None) -> Quota:
     """
     if not per_call or per_call <= 0:
         return dataclasses.replace(quota, scope=dim)
-    remaining = None if quota.remaining is None else float(math.floor(quota.remaining / per_call))
+    remaining = None if quota.remaining is None else quota.remaining / per_call
     limit = None if quota.limit is None else quota.limit / per_call
+    if (remaining is not None and not math.isfinite(remaining)) or (
+        limit is not None and not math.isfinite(limit)
+    ):
+        # a cost next to nothing: more calls than a float holds; the quota stays in tokens
+        return dataclasses.replace(quota, scope=dim)
+    if remaining is not None:
+        remaining = float(math.floor(remaining))
     return dataclasses.replace(quota, remaining=remaining, limit=limit, unit="requests", scope=dim)

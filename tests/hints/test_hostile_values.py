@@ -8,12 +8,13 @@ on a value (a failure is swallowed there, and takes the family's other quotas wi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 
 import pytest
 
-from smoothclient.hints import Hints, read_hints
+from smoothclient.hints import GENERIC, Hints, read_fields, read_hints
 from smoothclient.hints.model import HORIZON
 
 NOW = 1_700_000_000.0
@@ -84,3 +85,36 @@ def test_a_reset_after_beyond_the_horizon_is_no_value(name: str, value: str) -> 
     _sane(hints)
     assert hints.reset_after is None
     assert read_hints({name: "30"}, now=NOW).reset_after == 30.0
+
+
+@pytest.mark.parametrize("per_call", [1e-300, 5e-324])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"x-ratelimit-remaining-tokens": "179769320", "x-ratelimit-limit-tokens": "200000000"},
+        {"anthropic-ratelimit-tokens-limit": "1" + "0" * 299},
+    ],
+    ids=["openai", "anthropic"],
+)
+def test_a_cost_next_to_nothing_keeps_a_quota_of_tokens_in_tokens(
+    headers: dict[str, str], per_call: float, no_reader_fails: pytest.LogCaptureFixture
+) -> None:
+    """
+    R16 with a cost of 1e-300 tokens a call: once ``floor(inf)`` raised (every quota of the
+    family lost) or the limit read as infinite calls; now the quota stays one of tokens.
+    """
+    access = dataclasses.replace(GENERIC, per_call=lambda: per_call)
+    hints = read_fields([*headers.items(), ("x-ratelimit-remaining-requests", "7")], access)
+    _sane(hints)
+    assert not _failed(no_reader_fails)
+    units = {q.source: (q.unit, q.scope) for q in hints.quotas}
+    assert units["x-ratelimit-requests"] == ("requests", None)  # the family's other quota
+    tokens = next(q for q in hints.quotas if q.scope == "tokens")
+    assert tokens.unit == "tokens"
+
+
+def test_a_usual_cost_still_reads_tokens_as_calls() -> None:
+    access = dataclasses.replace(GENERIC, per_call=lambda: 1000.0)
+    hints = read_fields({"x-ratelimit-remaining-tokens": "5500"}, access)
+    (quota,) = hints.quotas
+    assert (quota.remaining, quota.unit, quota.scope) == (5.0, "requests", "tokens")
