@@ -81,10 +81,17 @@ def _zone_offset(zone: str | None) -> int | None:
     return sign * (hours * 3600 + minutes * 60)
 
 
+#: The last year a date may name (``datetime``'s; a two-digit year read relative to a clock
+#: far ahead may name a later one).
+_MAX_YEAR = 9999
+
+
 def _epoch(
     year: int, month: int, day: int, hh: int, mm: int, ss: float, offset: int | None
 ) -> float | None:
-    if offset is None or year < 1 or not 1 <= month <= 12 or not 0 <= hh <= 23 or not 0 <= mm <= 59:
+    if offset is None or not 1 <= year <= _MAX_YEAR or not 1 <= month <= 12:
+        return None
+    if not 0 <= hh <= 23 or not 0 <= mm <= 59:
         return None
     if not 0 <= ss < 61 or not 1 <= day <= calendar.monthrange(year, month)[1]:
         return None

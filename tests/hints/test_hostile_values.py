@@ -118,3 +118,17 @@ def test_a_usual_cost_still_reads_tokens_as_calls() -> None:
     hints = read_fields({"x-ratelimit-remaining-tokens": "5500"}, access)
     (quota,) = hints.quotas
     assert (quota.remaining, quota.unit, quota.scope) == (5.0, "requests", "tokens")
+
+
+@pytest.mark.parametrize("value", ["Sunday, 06-Nov-94 08:49:37 GMT", "Sun, 06-Nov-94 08:49:37"])
+def test_a_two_digit_year_past_9999_is_no_date(
+    value: str, no_reader_fails: pytest.LogCaptureFixture
+) -> None:
+    """
+    An rfc850 date read on a clock past the year 9950 names a year ``datetime`` refuses: the
+    ``Retry-After`` reader raised (swallowed); now the date is no value.
+    """
+    hints = read_hints({"retry-after": value}, now=1e12)
+    assert hints.retry_after is None
+    assert not _failed(no_reader_fails)
+    assert read_hints({"retry-after": value}, now=NOW).retry_after == 0.0  # (1994: past)
