@@ -59,6 +59,13 @@ JUNK: dict[str, Callable[[Any], None]] = {
         KEY, mapping={"v": 1, "s": _state(), "c": json.dumps({"x": [10**6, 10**6, FAR]})}
     ),
     "a cohort of junk": lambda r: r.hset(KEY, mapping={"v": 1, "s": _state(), "c": "[1,"}),
+    # once RecursionError out of json.loads, and OverflowError out of math.isfinite (issue 37)
+    "a cohort nested deep": lambda r: r.hset(
+        KEY, mapping={"v": 1, "s": _state(), "c": "[" * 200_000 + "]" * 200_000}
+    ),
+    "a cohort of a 400-digit count": lambda r: r.hset(
+        KEY, mapping={"v": 1, "s": _state(), "c": '{"x": [1, ' + "9" * 400 + ", 1]}"}
+    ),
     "an outage of junk": lambda r: r.hset(KEY, mapping={"v": 1, "s": _state(outage=[1, "x"])}),
 }
 

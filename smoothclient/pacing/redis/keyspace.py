@@ -76,7 +76,7 @@ def others_of(cohort: Any, me: str, now: float) -> dict[str, list[float]]:
     """
     try:
         entries = json.loads(cohort) if cohort else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # (not JSON, or nested past the parser's depth)
         entries = {}
     if not isinstance(entries, dict):
         return {}
@@ -86,8 +86,24 @@ def others_of(cohort: Any, me: str, now: float) -> dict[str, list[float]]:
         if who != me
         and isinstance(entry, list)
         and len(entry) == 3
-        and all(isinstance(n, int | float) and math.isfinite(n) for n in entry)
+        and all(_number(n) for n in entry)
         and 0 <= entry[0] <= MAX_COUNT
         and 0 <= entry[1] <= MAX_COUNT
         and entry[2] <= now + COHORT_TTL
     }
+
+
+def _number(value: Any) -> bool:
+    """
+    Whether a cohort's ``value`` is a finite number (not a bool).
+
+    Compared, not converted: ``math.isfinite`` of an integer of 400 digits raised
+    ``OverflowError``.
+    """
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int) and not isinstance(value, bool) and -_HUGE < value < _HUGE
+
+
+#: Past this, an integer a cohort holds is junk (all that are real are far smaller).
+_HUGE = 2**63
