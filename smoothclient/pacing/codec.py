@@ -21,17 +21,21 @@ from __future__ import annotations
 import base64
 import bisect
 import dataclasses
+import functools
 import itertools
 import json
 import logging
+import math
 import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from ..policy import RetryBudget
+from .bound import MAX_PER_REQUEST
 from .budget import BudgetCounts
 from .gcra import Gcra
+from .learning import MAX_WINDOW_GUESSES
 from .state import MAX_SUCCESSES, OriginState, Outage
 
 __all__ = ["clamped", "dump", "load"]
@@ -43,6 +47,13 @@ log = logging.getLogger("smoothclient.pacing")
 _OWN = frozenset({"waiting", "in_flight", "processes", "queue"})
 _FIELDS = tuple(f.name for f in dataclasses.fields(OriginState) if f.name not in _OWN)
 
+
+#: The largest count a state may hold (a float's exact integers): more is junk.
+MAX_INT = 2**53
+#: No number a state holds is larger (in size): a larger one is clamped to it.
+BOUND = 1e18
+#: The most retry budgets a state read keeps (a policy or two count on an origin): the last.
+MAX_BUDGETS = 16
 
 #: Successes and throttles older than this (before the newest) are not written: the rules
 #: count them over the last second, and a cut's episode over three.
@@ -58,16 +69,50 @@ def _times(times: deque[float]) -> str:
     return base64.b64encode(packed).decode("ascii")
 
 
+def _number(value: Any) -> float:
+    """
+    A JSON number as a float within :data:`BOUND` (clamped); NaN or no number raises.
+
+    No number the rules keep is larger (times, counts, rates; "never" is ``-1e18``), and
+    ``float()`` of a larger integer overflows, and products of larger floats do.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"not a number: {value!r:.40}")
+    if value != value:
+        raise ValueError("NaN")
+    return float(min(max(value, -BOUND), BOUND))  # (compared as it is: no overflow)
+
+
+def _nonnegative(value: Any) -> float:
+    return max(0.0, _number(value))
+
+
+def _count(value: Any) -> int:
+    """A JSON integer that counts something: 0 to :data:`MAX_INT` (a float's exact integers)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+        raise TypeError(f"not a count: {value!r:.40}")
+    return value
+
+
+def _checked_times(times: deque[float]) -> deque[float]:
+    """``times`` if every one is within :data:`BOUND`: one C-level sum, not a test per time."""
+    if not -BOUND <= sum(times) <= BOUND:  # (NaN, an infinity or a huge time: outside)
+        raise ValueError("times out of bounds")
+    return times
+
+
 def _load_times(value: str | list[Any]) -> deque[float]:
     if isinstance(value, str):
         packed = base64.b64decode(value, validate=True)
         if len(packed) % 8:
             raise ValueError("not a whole number of doubles")
-        return deque(struct.unpack(f"<{len(packed) // 8}d", packed), maxlen=MAX_SUCCESSES)
+        unpacked = struct.unpack(f"<{len(packed) // 8}d", packed)
+        return _checked_times(deque(unpacked, maxlen=MAX_SUCCESSES))
     if not value:
         return deque(maxlen=MAX_SUCCESSES)
     base, offsets = value  # as written before: [base, [milliseconds after it, ...]]
-    return deque((base + ms / 1000 for ms in offsets), maxlen=MAX_SUCCESSES)
+    start = _number(base)
+    return deque((start + _number(ms) / 1000 for ms in offsets), maxlen=MAX_SUCCESSES)
 
 
 def _plain(name: str, value: Any) -> Any:
@@ -96,78 +141,142 @@ def dump(state: OriginState) -> str:
     return json.dumps({name: _plain(name, getattr(state, name)) for name in _FIELDS})
 
 
-def _gcra(value: list[float]) -> Gcra:
-    gcra = Gcra(burst=float(value[0]))
-    gcra.tat, gcra.interval = float(value[1]), float(value[2])
+def _gcra(value: list[Any]) -> Gcra:
+    burst, tat, interval = value
+    gcra = Gcra(burst=max(1.0, _number(burst)))  # (a bucket holds one at least)
+    gcra.tat = -math.inf if tat == -math.inf else _number(tat)  # (-inf: a bucket never used)
+    gcra.interval = _nonnegative(interval)
     return gcra
+
+
+def _guesses(value: list[Any]) -> dict[float | None, float]:
+    """Quota size (or ``None``) -> its guessed window, as many as the rules keep (the last)."""
+    guesses: dict[float | None, float] = {}
+    for size, window in value[-MAX_WINDOW_GUESSES:]:
+        guesses[None if size is None else _number(size)] = _nonnegative(window)
+    return guesses
 
 
 def _budgets(value: list[Any]) -> dict[RetryBudget, BudgetCounts]:
     found: dict[RetryBudget, BudgetCounts] = {}
-    for (ratio, per_second, window), buckets in value:
+    for (ratio, per_second, window), buckets in value[-MAX_BUDGETS:]:
         budget = RetryBudget(ratio=ratio, min_per_second=per_second, window=window)
-        found[budget] = BudgetCounts(budget, deque(list(b) for b in buckets))
+        # one bucket a second of the window at most (the rules drop older ones): the last
+        kept = buckets[-(int(budget.window) + 2) :]
+        counts = deque([_number(at), _nonnegative(n), _nonnegative(r)] for at, n, r in kept)
+        found[budget] = BudgetCounts(budget, counts)
     return found
+
+
+def _routes(value: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Route -> the scopes named on it: strings, as many as the rules keep per route."""
+    if not isinstance(value, dict):
+        raise TypeError(f"routes: {value!r:.40}")
+    routes: dict[str, tuple[str, ...]] = {}
+    for route, names in value.items():
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise TypeError(f"routes: {names!r:.40}")
+        routes[route] = tuple(names[:MAX_PER_REQUEST])
+    return routes
 
 
 def _outage(value: list[Any]) -> Outage:
     fails, first, served, down, gap, probes, release, closed = value
     return Outage(
-        int(fails),
-        float(first),
-        float(served),
-        None if down is None else float(down),
-        float(gap),
-        int(probes),
-        float(release),
-        float(closed),
+        _count(fails),
+        _number(first),
+        _nonnegative(served),
+        None if down is None else _number(down),
+        _nonnegative(gap),
+        _count(probes),
+        _number(release),
+        _number(closed),
     )
 
 
-def _tuple(value: list[Any] | None) -> tuple[Any, ...] | None:
-    """An optional tuple field (JSON writes it as a list)."""
-    return None if value is None else tuple(value)
+def _pair(value: list[Any] | None) -> tuple[float, float] | None:
+    """An optional pair of numbers (JSON writes it as a list)."""
+    if value is None:
+        return None
+    first, second = value
+    return _number(first), _number(second)
+
+
+def _cut(value: list[Any] | None) -> tuple[float, float | None, float, float] | None:
+    """The last cut: when, the rate then (or ``None``), a share of throttles, a rate."""
+    if value is None:
+        return None
+    at, rate, share, cut = value
+    return _number(at), None if rate is None else _number(rate), _number(share), _number(cut)
 
 
 _LOADERS: dict[str, Any] = {
     "pace": _gcra,
-    "window_guesses": lambda v: {k: float(x) for k, x in v},
+    "window_guesses": _guesses,
     "budgets": _budgets,
     "throttles": _load_times,
     "successes": _load_times,
-    "routes": lambda v: {str(k): tuple(str(n) for n in names) for k, names in v.items()},
+    "routes": _routes,
     "outage": _outage,
-    "cut": _tuple,
-    "exhausted": _tuple,
-    "ledger_set": _tuple,
-    "early_sent": _tuple,
+    "cut": _cut,
+    "exhausted": _pair,
+    "ledger_set": _pair,
+    "early_sent": _pair,
 }
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+def _checker(annotation: str, default: Any) -> Callable[[Any], Any]:
+    """
+    What a plain field (one without a loader) may hold, from its annotation: the value read.
 
-
-def _checker(annotation: str) -> Callable[[Any], bool]:
-    """What a plain field (one without a loader) may hold, from its annotation."""
+    Raises ``TypeError`` or ``ValueError`` for anything else.  Numbers are clamped within
+    :data:`BOUND`, but for an infinity where the field's default is one (no crowd window, no
+    ceiling); counts are integers from 0 to :data:`MAX_INT`.
+    """
     optional = annotation.endswith("| None")
     base = annotation.removesuffix("| None").strip()
+    read: Callable[[Any], Any]
     if base == "bool":
-        ok: Callable[[Any], bool] = lambda v: isinstance(v, bool)  # noqa: E731
+        read = _bool
     elif base == "int":
-        ok = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+        read = _count
     elif base == "Kind":
-        ok = lambda v: v in ("unknown", "bucket", "window")  # noqa: E731
+        read = _kind
+    elif isinstance(default, float) and math.isinf(default):
+        read = functools.partial(_or_infinite, default)
     else:  # float
-        ok = _number
-    return (lambda v: v is None or ok(v)) if optional else ok
+        read = _number
+    if optional:
+        return lambda v: None if v is None else read(v)
+    return read
 
 
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"not a bool: {value!r:.40}")
+    return value
+
+
+def _kind(value: Any) -> Any:
+    if value not in ("unknown", "bucket", "window"):
+        raise TypeError(f"not a kind: {value!r:.40}")
+    return value
+
+
+def _or_infinite(infinite: float, value: Any) -> float:
+    """A number, or the infinity ``infinite`` (a field's default)."""
+    return infinite if value == infinite else _number(value)
+
+
+_FRESH = OriginState()
 _CHECKS = {
-    f.name: _checker(str(f.type))
+    f.name: _checker(str(f.type), getattr(_FRESH, f.name))
     for f in dataclasses.fields(OriginState)
     if f.name in _FIELDS and f.name not in _LOADERS
 }
+#: this client's share of a window's quota: a fraction (``floor(share * remaining)`` of a
+#: share of 1e308 raised OverflowError)
+_CHECKS["share"] = lambda v: min(1.0, _nonnegative(v))
 
 
 def load(text: str | bytes) -> OriginState:
@@ -187,16 +296,16 @@ def load(text: str | bytes) -> OriginState:
             if name in data:
                 value = data[name]
                 loader = _LOADERS.get(name)
-                if loader is not None:
-                    value = loader(value)
-                elif not _CHECKS[name](value):
-                    raise TypeError(f"{name}: {value!r:.40}")
-                setattr(state, name, value)
-        for name in ("cut", "exhausted", "ledger_set", "early_sent"):
-            held = getattr(state, name)
-            if held is not None and not all(v is None or _number(v) for v in held):
-                raise TypeError(f"{name}: {held!r:.40}")
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+                setattr(state, name, _CHECKS[name](value) if loader is None else loader(value))
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        RecursionError,
+        OverflowError,
+    ) as exc:
         log.debug("a stored state that cannot be read is taken as a fresh one: %s", exc)
         return OriginState()
     return state
