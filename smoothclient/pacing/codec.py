@@ -36,6 +36,7 @@ from .bound import MAX_PER_REQUEST
 from .budget import BudgetCounts
 from .gcra import Gcra
 from .learning import MAX_WINDOW_GUESSES
+from .outage import MAX_PROBE_GAP
 from .state import MAX_SUCCESSES, OriginState, Outage
 
 __all__ = ["clamped", "dump", "load"]
@@ -187,7 +188,7 @@ def _outage(value: list[Any]) -> Outage:
         _number(first),
         _nonnegative(served),
         None if down is None else _number(down),
-        _nonnegative(gap),
+        min(_nonnegative(gap), MAX_PROBE_GAP),  # (the rules widen it no further)
         _count(probes),
         _number(release),
         _number(closed),
@@ -316,15 +317,20 @@ def clamped(state: OriginState, now: float, max_gate: float) -> OriginState:
     ``state`` with no time further ahead than ``max_gate`` from ``now``.
 
     A gate, a slot owed or a reset a store holds far in the future (written by a clock far
-    off, or by someone else) must not close an origin for longer than any server may.
+    off, or by someone else) must not close an origin for longer than any server may, nor
+    a pace space its slots further apart.
     """
     latest = now + max_gate
     state.gate = min(state.gate, latest)
-    state.pace.tat = min(state.pace.tat, latest)
+    pace = state.pace
+    pace.tat = min(pace.tat, latest)
+    pace.interval = min(pace.interval, max_gate)  # slots no further apart either
     if state.reset_at is not None:
         state.reset_at = min(state.reset_at, latest)
     if state.closed is not None:
         state.closed = min(state.closed, latest)
+    if state.reset_probe is not None:
+        state.reset_probe = min(state.reset_probe, now)  # when a probe went: not ahead
     b = state.outage
     b.closed_until = min(b.closed_until, latest)
     b.release_until = min(b.release_until, latest)

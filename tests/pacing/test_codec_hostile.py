@@ -103,3 +103,21 @@ def test_a_state_read_keeps_its_values() -> None:
     assert read.limit == 1e18  # clamped: no number the rules keep is larger
     assert read.ceiling == math.inf
     assert read.crowd_window == math.inf
+
+
+AHEAD = {
+    # each admitted a request, or closed the gate, past max_gate (30 s) before
+    "slots 31 s apart": _text(pace=[1.0, 0, 31.0]),  # the slot after the next: 30.8 s
+    "a reset probe sent 30 s ahead": _text(avail=0, reset_probe=NOW + 30),  # asked back in 30.005
+    "an outage's probe gap of 31 s": _text(outage=[0, 0, 0, 0, 31, 0, 0, 0]),  # a gate of 31 s
+}
+
+
+@pytest.mark.parametrize("text", AHEAD.values(), ids=AHEAD.keys())
+def test_nothing_a_store_holds_holds_a_request_past_max_gate(text: str) -> None:
+    state = load(text)
+    clamped(state, NOW, MAX_GATE)
+    assert _steps(state) <= MAX_GATE
+    state = clamped(load(text), NOW, MAX_GATE)
+    assert admission.acquire(state, S, NOW, NOW, None).delay <= MAX_GATE
+    assert admission.view("o", state, NOW).gate_in <= MAX_GATE
