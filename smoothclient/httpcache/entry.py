@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
 
-from .rules import Freshness
+from .rules import MAX_SECONDS, Freshness
 
 __all__ = ["MAGIC", "Entry", "Junk", "aged", "decode", "encode", "index_of", "variant_key"]
 
@@ -100,9 +101,10 @@ def aged(entry: Entry, now: float) -> Entry:
 
     A cache sending a stored response must generate ``Age``: what the origin said (or
     nothing) plus the time the response spent here, so a client downstream knows how long
-    it has left.
+    it has left.  An age past :data:`~.rules.MAX_SECONDS` is sent as that, as RFC 9111
+    section 1.2.2 asks of any delta-seconds.
     """
-    age = str(int(max(0.0, now - entry.born)))
+    age = str(int(min(max(0.0, now - entry.born), MAX_SECONDS)))  # (RFC 9111 section 1.2.2)
     headers = tuple((k, v) for k, v in entry.headers if k.lower() != "age")
     return dataclasses.replace(entry, headers=(*headers, ("Age", age)))
 
@@ -151,7 +153,7 @@ def decode(blob: object, key: str) -> Entry:
         head = json.loads(data[start : start + size])
         entry = Entry(
             key=_typed(head["k"], str),
-            status=_typed(head["s"], int),
+            status=_status(head["s"]),
             headers=tuple((_typed(k, str), _typed(v, str)) for k, v in head["h"]),
             body=data[start + size :],
             vary=tuple(_typed(n, str) for n in head["v"]),
@@ -166,7 +168,7 @@ def decode(blob: object, key: str) -> Entry:
             delta=_number(head["d"]),
             variants=_typed(head.get("g", ""), str),
         )
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError, OverflowError) as exc:
         raise Junk(str(exc)) from exc
     matched = entry.variants or len(entry.vary) == len(entry.selected)
     if entry.key != key or not matched or head["n"] != len(entry.body):
@@ -181,8 +183,22 @@ def _typed(value: Any, kind: type[Any]) -> Any:
     return value
 
 
+def _status(value: Any) -> int:
+    """A status code: three digits (0: an index of variants, which is no response)."""
+    status = _typed(value, int)
+    if not 0 <= status <= 999:
+        msg = f"expected a status, got {status!r:.40}"
+        raise ValueError(msg)
+    return status
+
+
 def _number(value: Any) -> float:
-    if type(value) not in (int, float) or value != value:  # NaN
-        msg = f"expected a number, got {value!r}"
+    """A finite number (no time or allowance an entry holds is infinite, nor NaN)."""
+    if type(value) not in (int, float):
+        msg = f"expected a number, got {value!r:.40}"
         raise TypeError(msg)
-    return float(value)
+    number = float(value)  # (OverflowError for an int past a float's range)
+    if not math.isfinite(number):
+        msg = f"expected a finite number, got {value!r:.40}"
+        raise ValueError(msg)
+    return number
