@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from .entry import Entry, decode, encode
+from .entry import Entry, Junk, decode, encode
 
 __all__ = ["MemoryStore", "RedisStore", "SqliteStore", "Store", "open_store"]
 
@@ -277,8 +277,13 @@ class RedisStore:
         return self.PREFIX + kind + hashlib.sha256(key.encode()).hexdigest()[:40]
 
     def get(self, key: str) -> Entry | None:
-        """The entry under ``key`` (junk raises: a miss)."""
-        blob = self.client.get(self._name(key))
+        """The entry under ``key`` (junk raises: a miss; a key of another type is junk too)."""
+        try:
+            blob = self.client.get(self._name(key))
+        except Exception as exc:
+            if str(exc).startswith("WRONGTYPE"):  # a reply about the key, not Redis failing
+                raise Junk("a key of another type") from exc
+            raise
         return None if blob is None else decode(blob, key)
 
     def put(self, entry: Entry, ttl: float) -> None:

@@ -3,7 +3,7 @@ Stored entries are input (issue 37): what a fuzzing campaign found in a shared s
 
 An entry written by anything but the cache (another version, an operator, a bug) reads as a
 miss, never as an error out of the call nor as a store that failed (which the cache then
-leaves alone for a while, so nothing is cached meanwhile).
+leaves alone for a while, so nothing is cached meanwhile); so does a Redis key of another type.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 
+from smoothclient.httpcache import RedisStore
 from smoothclient.httpcache.entry import MAGIC, Junk, decode, encode
 from smoothclient.testing import FakeClock
+from smoothclient.tools.redis_server import RedisServer, binary
 
 from .conftest import URL, Resp, client
 
@@ -127,3 +129,32 @@ def test_an_age_past_2_to_the_31_is_sent_as_that(tmp_path: Path, wall: FakeClock
     assert dict(response.headers)["Age"] == str(2**31)
     entry = decode(_blob(), KEY)
     assert decode(encode(entry), KEY) == entry
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(binary() is None, reason="no redis-server")
+@pytest.mark.parametrize("kind", ["hash", "list"])
+def test_a_redis_key_of_another_type_is_a_miss_not_a_failed_store(
+    kind: str, wall: FakeClock
+) -> None:
+    """
+    A hash where an entry's string goes: WRONGTYPE read as Redis failing, so the cache left
+    the store alone and nothing was cached (this URL nor any other) for STORE_PAUSE.
+    """
+    redis = pytest.importorskip("redis")
+    with RedisServer() as server:
+        admin = redis.Redis.from_url(server.url)
+        store = RedisStore.from_url(server.url)
+        name = store._name(KEY)
+        if kind == "hash":
+            admin.hset(name, "a", "b")
+        else:
+            admin.rpush(name, "a")
+        c = client(
+            wall, lambda _: Resp(200, [("Cache-Control", "max-age=60")], b"xy"), storage=store
+        )
+        c.cache.STORE_PAUSE = 3600.0
+        assert [c.get().cache for _ in range(2)] == ["miss", "hit"]  # (the SET replaced it)
+        assert [c.get(URL + "?b").cache for _ in range(2)] == ["miss", "hit"]
+        store.close()
+        admin.close()
