@@ -185,7 +185,7 @@ def _typed(value: Any, kind: type[Any]) -> Any:
 
 def _status(value: Any) -> int:
     """A status code: three digits (0: an index of variants, which is no response)."""
-    status = _typed(value, int)
+    status: int = _typed(value, int)
     if not 0 <= status <= 999:
         msg = f"expected a status, got {status!r:.40}"
         raise ValueError(msg)
