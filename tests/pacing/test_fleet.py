@@ -348,6 +348,48 @@ def test_an_early_probe_beaten_to_a_new_window_is_no_miss() -> None:
     assert o.early_lead == pytest.approx(1.0)
 
 
+def test_an_early_probe_beaten_to_a_new_window_goes_as_much_earlier_next_time() -> None:
+    """
+    The new window that rejected an early probe began its longest time-to-reset before its
+    stated reset: the probe came that late into it, and the next goes that much earlier.
+
+    Kept at the same lead, a process of a fleet of twelve sharing nothing against slowapi
+    came a tenth of a second into every window, already full, twenty windows in a row.  A
+    probe that is first into its window (its answer states the whole span) keeps its lead.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.known, o.kind = True, "window"
+    learning.observe(
+        o, s, 200, Hints(remaining=0, limit=10, reset_after=1.0), 0.0, sent_at=0.0, counted=False
+    )
+    probe = adm.acquire(o, s, 0.5, 0.5, None)  # halfway to the stated reset: a lead of 0.5
+    assert probe.final
+    assert o.early_sent == (0.5, 1.0)
+    o.waiting, o.in_flight = 0, 1
+    # a window that began at 0.45 (its reset stated at 1.45, a span of 1.0 after it)
+    late = Hints(remaining=0, limit=10, reset_after=0.95)
+    learning.observe(o, s, 429, late, 0.5, sent_at=0.5, counted=True)
+    assert o.early_misses == 0
+    assert o.early_lead == pytest.approx(0.55)
+
+    first = st.OriginState()
+    first.known, first.kind = True, "window"
+    learning.observe(
+        first,
+        s,
+        200,
+        Hints(remaining=0, limit=10, reset_after=1.0),
+        0.0,
+        sent_at=0.0,
+        counted=False,
+    )
+    assert adm.acquire(first, s, 0.5, 0.5, None).final
+    first.waiting, first.in_flight = 0, 1
+    through = Hints(remaining=9, limit=10, reset_after=1.0)  # the window's first: all of it
+    learning.observe(first, s, 200, through, 0.5, sent_at=0.5, counted=True)
+    assert first.early_lead == pytest.approx(0.5)
+
+
 def test_a_throttle_sent_before_the_cut_took_effect_does_not_cut_again() -> None:
     """
     A cut takes effect after the slot already owed, an interval of the old rate later.  A
