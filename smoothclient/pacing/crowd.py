@@ -123,13 +123,15 @@ def width(o: OriginState) -> float:
     return o.crowd_window
 
 
-def _set(o: OriginState, window: float, now: float) -> None:
+def _set(o: OriginState, s: Settings, window: float, now: float) -> None:
     """
     Make the window ``window``.
 
     Below one, admission's window is one and the GCRA mirror spaces the requests by
     ``latency / window``, the next one interval from now (its first slot was free: a request
-    sent right after a cut came back turned away, and cut again).
+    sent right after a cut came back turned away, and cut again), at most ``max_gate`` apart
+    (an origin that took 100 s to answer, or such a time read from a shared store, spaced
+    them 200 s apart after one throttle).
     """
     pace = o.pace
     if window >= 1 or not o.latency:
@@ -138,7 +140,7 @@ def _set(o: OriginState, window: float, now: float) -> None:
         o.crowd_window = max(1.0, window)
         return
     o.crowd_window = 1.0
-    pace.rate = window / o.latency
+    pace.rate = max(window / o.latency, 1.0 / s.max_gate)
     pace.burst = 1.0
     pace.tat = max(pace.tat, now + pace.interval)
 
@@ -171,9 +173,9 @@ def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> No
         return
     o.crowd_moved = now
     if now - o.crowded_at > s.quiet:
-        _set(o, math.inf, now)  # no crowd's throttle for a quiet spell: no longer a crowd
+        _set(o, s, math.inf, now)  # no crowd's throttle for a quiet spell: no longer a crowd
     elif width(o) < 1:
-        _set(o, 1.0, now)  # a place came free, and this process holds it
+        _set(o, s, 1.0, now)  # a place came free, and this process holds it
     elif o.in_flight + o.waiting + 2 > window:
         # it was full (no place for one more besides this one's, now free): one more every
         # window's worth (a window of 2.5 holds two: two in flight is full)
@@ -203,7 +205,7 @@ def crowded(
         # a lone request turned away, or one more with the window already at one (it can do
         # no more), as slow as a success: a rate's limit (a request not counted in flight
         # tells neither)
-        _set(o, math.inf, now)
+        _set(o, s, math.inf, now)
         o.lone_at = now
         return False
     if now - o.lone_at <= s.quiet:
@@ -217,7 +219,7 @@ def crowded(
         window = max(LEAST, SHRINK * min(now_width, 1.0))  # the others hold every place
     else:
         window = min(now_width, 1.0)  # this round's cut is taken
-    _set(o, window, now)
+    _set(o, s, window, now)
     if fresh:
         o.crowded_at = now
     o.crowd_moved = now

@@ -87,7 +87,7 @@ def observe(
                 _early_miss(o, lead, early[1] - now, hints.retry_after)
         else:
             _weigh(o, status, sent_at, hints, now)
-        _quota(o, hints, now, throttled=throttled, sent_at=sent_at, counted=counted, alone=s.shared)
+        _quota(o, s, hints, now, throttled=throttled, sent_at=sent_at, counted=counted)
         _tally(o, hints.remaining, throttled=throttled, through=status < 400)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
@@ -136,6 +136,7 @@ def _predicted(
         or remaining is None
         or not limit
         or not window
+        or limit < window / s.max_gate  # (spaced past max_gate: _quota caps it)
         or hints.retry_after is not None
         or hints.unit != "requests"
         or reset_at is None
@@ -492,21 +493,25 @@ def _guess_window(o: OriginState, limit: float | None, reset_after: float | None
 
 def _quota(
     o: OriginState,
+    s: Settings,
     hints: Hints,
     now: float,
     *,
     throttled: bool,
     sent_at: float | None,
     counted: bool = True,
-    alone: bool = False,
 ) -> None:
     """
     Mirror the server's quota: rate, burst and the tokens it says are left.
 
     An exhausted quota closes the gate until its reset only on a throttled response: a
     token bucket often reports 0 left on a success while admitting the full rate, and its
-    whole-second reset would stall a well-paced client.
+    whole-second reset would stall a well-paced client.  The mirror spaces requests at most
+    ``max_gate`` apart: a quota of less than one request a window (a tenth of a call, or a
+    quota of tokens over a call costing more than it holds) spaced them further, each slot
+    past what any header may hold a request.
     """
+    alone = s.shared
     assert hints.remaining is not None
     pace = o.pace
     o.learned = False
@@ -527,7 +532,7 @@ def _quota(
     elif limit and window:
         # mirror the server's bucket: refill at limit / window (stated, or over the
         # longest time-to-reset seen), burst up to what the server has said is left
-        pace.rate = limit / window
+        pace.rate = max(limit / window, 1.0 / s.max_gate)
         pace.burst = max(1.0, min(limit, max(pace.burst, hints.remaining)))
     elif hints.remaining < 1 and o.reset_at is not None:
         pace.rate = 1.0 / max(o.reset_at - now, 0.001)

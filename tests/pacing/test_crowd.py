@@ -250,3 +250,18 @@ def test_a_rate_learned_before_the_first_success_gives_way_to_the_window(shared:
     quick.learned, quick.pace.rate, quick.last_throttle = True, 1.0, 1.9
     learning.observe(quick, S, 200, Hints(), 2.01, sent_at=2.0, counted=True)
     assert quick.learned
+
+
+def test_a_slow_origins_crowd_spaces_requests_at_most_max_gate_apart() -> None:
+    """
+    A window below one spaces requests by ``latency / window``, never past ``max_gate``.
+
+    An origin that took 100 s to answer (or such a time read from a shared store) spaced
+    them 200 s apart after one throttle, where ``max_gate`` was 30.
+    """
+    o, s = st.OriginState(), st.Settings(max_gate=30.0)
+    o.latency = 100.0
+    learning.observe(o, s, 429, Hints(retry_after=1.0), 1000.0, sent_at=999.9, counted=True)
+    assert o.pace.interval <= s.max_gate
+    admitted = adm.acquire(o, s, 1000.05, 1000.05, 1300.05)
+    assert admitted.delay <= s.max_gate

@@ -597,3 +597,21 @@ def test_a_limiter_that_counts_refused_requests_is_not_kept_closed() -> None:
     assert statistics.median(r.ratio for r in results) <= 1.75
     assert max(r.ratio for r in results) <= 2.0
     assert max(r.extra_429s_per_call for r in results) <= 0.25
+
+
+@pytest.mark.parametrize("limit", [0.1, 0.25])
+def test_a_quota_under_one_request_a_window_spaces_requests_at_most_max_gate_apart(
+    limit: float,
+) -> None:
+    """
+    A quota of a fraction of a request a window (HubSpot's daily ``0.1``, or 1,000 tokens
+    over a call costing 4,000) is mirrored at one request every ``max_gate`` at the least:
+    spaced ``window / limit`` apart, each slot was past what any header may hold a request
+    (500 s with ``max_gate`` 50, every call refused with the default 300).
+    """
+    o, s = st.OriginState(), st.Settings(max_gate=50.0, probe=0)
+    quota = Hints(remaining=limit, limit=limit, window=50.0, reset_after=40.0)
+    for at in (0.0, 0.1):
+        learning.observe(o, s, 200, quota, at, sent_at=at - 0.01, counted=False)
+    assert o.pace.interval <= s.max_gate
+    assert adm.acquire(o, s, 0.2, 0.2, None).delay <= s.max_gate
