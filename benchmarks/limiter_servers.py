@@ -16,6 +16,11 @@ enforces (so the ideal drain time can be computed) and the arrivals it saw (serv
 - :func:`haproxy_stick_table`: HAProxy's stick table (``http_req_rate`` over 1 s, over the
   limit denied with 429; the system ``haproxy``, installed from Debian when missing and
   root). Bare 429s. Its rate counts denied requests too: knocking renews the penalty.
+- :func:`express_rate_limit`: express + express-rate-limit (``benchmarks/express/server.js``,
+  run by the system ``node``; its npm packages installed with ``npm ci`` into
+  ``benchmarks/express/node_modules`` when missing), default MemoryStore (a fixed window from
+  the first hit), in one header mode: ``draft-6``, ``draft-7``, ``draft-8`` or ``legacy``
+  (X-RateLimit-*); its 429s carry ``Retry-After``.  Skipped without node and npm.
 - :func:`limited_server`: smoothclient's own token-bucket test server, as a control.
 
 The Python servers run in a child process (so they never compete with the client for the
@@ -39,6 +44,11 @@ How many requests each limiter admits at once, and how fast afterwards (checked 
   expired (in-memory storage: not aligned to the clock); every hit counts, admitted or not.
 - slowapi / limits moving window ``L/W``: at most ``L`` admitted in any ``W`` seconds (only
   admitted hits are recorded).
+- express-rate-limit ``limit: L, windowMs: W`` (MemoryStore): a fixed window of ``W`` from the
+  first hit after the last one ended (not aligned to the clock); every hit counts, admitted
+  or not.  Its reset (``RateLimit-Reset``, ``t=``, ``reset=``, ``Retry-After``) is the time
+  left rounded up to whole seconds; ``X-RateLimit-Reset`` the window's end, epoch seconds
+  rounded up.
 """
 
 from __future__ import annotations
@@ -73,6 +83,7 @@ __all__ = [
     "Running",
     "Skip",
     "ensure_nginx",
+    "express_rate_limit",
     "limited_server",
     "nginx_limit_conn",
     "nginx_limit_req",
@@ -343,12 +354,15 @@ def _logged_child(
     command: Callable[[Path, int], list[str]],
     *,
     to_log: bool,
+    ready: Callable[[str], None] | None = None,
 ) -> Iterator[Running]:
     """
-    A server child (nginx, HAProxy) in a temp dir, restarted on a fresh port at each reset.
+    A server child (nginx, HAProxy, node) in a temp dir, restarted on a fresh port at each reset.
 
     ``command(tmp, port)`` writes its configuration and gives its argv; it logs each request as
     ``epoch.ms status`` to ``tmp/access.log`` (itself, or through its stdout: ``to_log``).
+    ``ready(url)``, when given, is called once it listens and raises RuntimeError until it
+    answers (say, an unlimited health path).
     """
     tmp = Path(tempfile.mkdtemp(prefix=f"limiter-{what}-"))
     (tmp / "www").mkdir()
@@ -370,6 +384,8 @@ def _logged_child(
             )
             try:
                 _wait_listening(port, proc, START_TIMEOUT)
+                if ready is not None:
+                    ready(f"http://127.0.0.1:{port}")
             except RuntimeError:
                 _stop(proc)
                 if log is not None:
@@ -470,6 +486,114 @@ def haproxy_stick_table(
         return [binary, "-db", "-f", str(tmp / "haproxy.cfg")]
 
     with _logged_child(name, limit, "haproxy", command, to_log=True) as running:
+        yield running
+
+
+# ---------------------------------------------------------------- express-rate-limit (node)
+
+#: The node server and its pinned packages (package.json, package-lock.json).
+EXPRESS_DIR = Path(__file__).resolve().parent / "express"
+#: The header modes ``benchmarks/express/server.js`` knows.
+EXPRESS_MODES = ("draft-6", "draft-7", "draft-8", "legacy")
+
+
+def _express_installed() -> bool:
+    """Whether node_modules holds the exact versions package.json pins."""
+    pins = json.loads((EXPRESS_DIR / "package.json").read_text())["dependencies"]
+    for name, version in pins.items():
+        installed = EXPRESS_DIR / "node_modules" / name / "package.json"
+        if not installed.exists() or json.loads(installed.read_text())["version"] != version:
+            return False
+    return True
+
+
+def ensure_express() -> str:
+    """
+    The ``node`` binary, with express and express-rate-limit in benchmarks/express; or Skip.
+
+    Missing (or other) versions are installed with ``npm ci`` from package-lock.json, under a
+    lock file in the temp dir (parallel lanes may all get here at once).
+    """
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        msg = "express-rate-limit needs node and npm (Debian: apt install nodejs npm)"
+        raise Skip(msg)
+    if _express_installed():
+        return node
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / "smoothclient-bench-express.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _express_installed():
+            done = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=EXPRESS_DIR,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+            if done.returncode != 0 or not _express_installed():
+                msg = f"npm ci in {EXPRESS_DIR} failed: {done.stderr.strip()[-800:]}"
+                raise Skip(msg)
+    return node
+
+
+def _answers(url: str) -> None:
+    """Wait until ``url`` answers 200 (RuntimeError after START_TIMEOUT)."""
+    import urllib.request
+
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            msg = f"{url} did not answer 200 within {START_TIMEOUT}s"
+            raise RuntimeError(msg)
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def express_rate_limit(
+    mode: str = "draft-8", limit: int = 10, window: float = 1.0, *, name: str = ""
+) -> Iterator[Running]:
+    """
+    express + express-rate-limit ``rateLimit({limit, windowMs})`` in one header ``mode``.
+
+    ``draft-6``, ``draft-7`` or ``draft-8``: ``standardHeaders: mode, legacyHeaders: false``;
+    ``legacy``: ``legacyHeaders: true, standardHeaders: false`` (X-RateLimit-*).  Default
+    MemoryStore: a fixed window from the first hit, every hit counting; 429s carry
+    ``Retry-After``.  Restarted on a fresh port at each reset (a fresh store).
+    """
+    if mode not in EXPRESS_MODES:
+        msg = f"mode must be one of {', '.join(EXPRESS_MODES)}, got {mode!r}"
+        raise ValueError(msg)
+    node = ensure_express()
+    window_ms = round(window * 1000)
+    spec = Limit(
+        "fixed-window",
+        limit,
+        window=window,
+        note=f"express-rate-limit {limit} per {window_ms} ms, MemoryStore, headers {mode}",
+    )
+
+    def command(tmp: Path, port: int) -> list[str]:
+        return [node, str(EXPRESS_DIR / "server.js"), str(port), mode, str(limit), str(window_ms)]
+
+    with _logged_child(
+        name or f"express-{mode}",
+        spec,
+        "node",
+        command,
+        to_log=True,
+        ready=lambda url: _answers(url + "/healthz"),
+    ) as running:
         yield running
 
 
@@ -757,6 +881,10 @@ def _self_check() -> None:
         ("slowapi fixed-window 10/second", lambda: slowapi_server("fixed-window", 10)),
         ("slowapi moving-window 20/second", lambda: slowapi_server("moving-window", 20)),
         ("HAProxy stick table, over 10 in 1 s denied", lambda: haproxy_stick_table(10, 1)),
+        *(
+            (f"express-rate-limit 10 per 1 s, {m}", lambda m=m: express_rate_limit(m, 10, 1))
+            for m in EXPRESS_MODES
+        ),
         ("LimitedServer ietf 10/s burst 5", lambda: limited_server("ietf", 10, 5)),
         ("LimitedServer github 10/s burst 5", lambda: limited_server("github", 10, 5)),
     ]

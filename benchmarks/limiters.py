@@ -15,12 +15,25 @@ Servers (benchmarks/limiter_servers.py; each cell starts on a fresh limiter):
   haproxy        HAProxy stick table: 429 while over 10 requests in the last second, counting
                  the denied ones (knocking renews the penalty); bare 429s
   control-*      smoothclient's own LimitedServer 10/s burst 5, "ietf" and "github" styles
+  express-*      express + express-rate-limit 10 per 1 s (MemoryStore: a fixed window from the
+                 first hit, every hit counting; Retry-After on 429s), in one header mode:
+                 draft-6 (RateLimit-Limit/-Remaining/-Reset + RateLimit-Policy), draft-7
+                 (RateLimit: limit=, remaining=, reset=), draft-8 (RateLimit: "name"; r=; t=
+                 + RateLimit-Policy), legacy (X-RateLimit-*, Reset in epoch seconds); opt-in
 
 Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, nginx-conn,
 fixed-window and the controls, 100 on moving-window, 90 on fixed-window-3s, 30 on
 retry-after; 60 on haproxy), and fleets of 3, 6 and 12 OS processes (spawned, released
 together by a barrier, sharing nothing) of 20 GETs at once each: 3 and 6 against nginx,
 fixed-window and retry-after, 3, 6 and 12 against nginx-conn, 12 against nginx and fixed-window.
+
+Opt-in (not in the default run, nor --quick: about 25 more minutes at --lanes 1): the
+express-rate-limit rows, "express <mode> 60" for each header mode, fleets 6x20 against
+draft-6, draft-8 and legacy, 12x20 against draft-8.  --express adds them all; an --only
+substring that names them ("express", "express draft-8", "express legacy fleet") adds the
+ones it matches.  They need node and npm (benchmarks/express: package.json pins express and
+express-rate-limit, installed by "npm ci" on first use); without them they are skipped.
+
 Clients (one GET per call, retrying 429/503 until it succeeds, at most 50 attempts, waits
 capped at 30 s, 60 s request timeouts):
 
@@ -57,6 +70,7 @@ bounded: a run stops at 4x its ideal time + 15 s (at most --cell-timeout), its u
 calls count as failures, its time shows "(stopped)", and that cell is not run again.
 
 Run: python benchmarks/limiters.py [--quick] [--only SUBSTRING ...] [--runs N] [--lanes N]
+     [--express]
 """
 
 from __future__ import annotations
@@ -86,9 +100,11 @@ import smoothclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from limiter_servers import (
+    EXPRESS_MODES,
     Limit,
     Running,
     Skip,
+    express_rate_limit,
     haproxy_stick_table,
     limited_server,
     nginx_limit_conn,
@@ -145,6 +161,10 @@ SERVERS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Running]
     "haproxy": (lambda: haproxy_stick_table(10, 1), "async"),
     "control-ietf": (lambda: limited_server("ietf", 10, 5), "async"),
     "control-github": (lambda: limited_server("github", 10, 5), "async"),
+    **{
+        f"express-{m}": ((lambda m=m: express_rate_limit(m, 10, 1)), "async")  # type: ignore[misc]
+        for m in EXPRESS_MODES
+    },
 }
 
 
@@ -154,6 +174,7 @@ class Scenario:
     server: str
     calls: int  # per process
     procs: int = 1
+    opt_in: bool = False  # only with --express or an --only substring naming it
 
     @property
     def total(self) -> int:
@@ -182,6 +203,12 @@ SCENARIOS = [
     Scenario("fixed-window fleet 12x20", "fixed-window", FLEET_CALLS, 12),
     Scenario("retry-after fleet 3x20", "retry-after", FLEET_CALLS, 3),
     Scenario("retry-after fleet 6x20", "retry-after", FLEET_CALLS, 6),
+    *(Scenario(f"express {m} 60", f"express-{m}", 60, opt_in=True) for m in EXPRESS_MODES),
+    *(
+        Scenario(f"express {m} fleet 6x20", f"express-{m}", FLEET_CALLS, 6, opt_in=True)
+        for m in ("draft-6", "draft-8", "legacy")
+    ),
+    Scenario("express draft-8 fleet 12x20", "express-draft-8", FLEET_CALLS, 12, opt_in=True),
 ]
 QUICK = ("nginx 60", "fixed-window 60", "retry-after 30", "control-ietf 60", "nginx fleet 3x20")
 
@@ -655,11 +682,14 @@ def measure(
 
 
 def plan(
-    only: list[str], quick: bool, fleet_clients: tuple[str, ...]
+    only: list[str], quick: bool, fleet_clients: tuple[str, ...], express: bool = False
 ) -> list[tuple[Scenario, tuple[str, ...]]]:
     chosen = []
     for sc in SCENARIOS:
-        if quick and sc.name not in QUICK:
+        named = any(o.lower() in sc.name.lower() for o in only)
+        if sc.opt_in and not (express or named):
+            continue
+        if quick and sc.name not in QUICK and not sc.opt_in:
             continue
         clients = (
             tuple(c for c in CLIENTS if c not in SHARED_CLIENTS) if sc.procs == 1 else fleet_clients
@@ -750,6 +780,7 @@ PLANNED = {
     "haproxy": Limit("moving-window", 10, window=1),
     "control-ietf": Limit("bucket", 5, rate=10),
     "control-github": Limit("bucket", 5, rate=10),
+    **{f"express-{m}": Limit("fixed-window", 10, window=1) for m in EXPRESS_MODES},
 }
 
 
@@ -922,6 +953,11 @@ def main() -> None:
         metavar="SUBSTRING",
         help="keep cells whose scenario or client contains it (repeat: all must match)",
     )
+    parser.add_argument(
+        "--express",
+        action="store_true",
+        help="add the express-rate-limit rows (opt-in; node and npm needed)",
+    )
     parser.add_argument("--runs", type=int, default=None, help="runs per cell (default 3)")
     parser.add_argument(
         "--lanes", type=int, default=6, help="cells run in this many processes at once"
@@ -979,7 +1015,7 @@ def main() -> None:
     if args.log:
         Path(args.log).mkdir(parents=True, exist_ok=True)
         os.environ["LIMITERS_LOG"] = str(Path(args.log).resolve())
-    work = plan(args.only, args.quick, fleet)
+    work = plan(args.only, args.quick, fleet, args.express)
     if not work:
         parser.error("no scenario/client matches --only")
     started = time.monotonic()
