@@ -85,6 +85,7 @@ def run_outage(
     workers: int = 0,
     queue: int = 500,
     queue_timeout: float = 1.0,
+    burst: float | None = None,
 ) -> OutageResult:
     """
     Run the scenario; needs httpx and trio (the test extras).
@@ -93,7 +94,8 @@ def run_outage(
     ``shared``: the fleet's clients use one pacer (as processes sharing one store do).
     ``policy``: the clients' policy (default: ``RetryPolicy(attempts=4, timeout=10)``).
     ``workers`` (0: a token bucket): a worker pool of that many, ``queue`` and
-    ``queue_timeout`` as the module says.
+    ``queue_timeout`` as the module says.  ``burst``: the token bucket's (default: a twentieth
+    of a second's capacity; ``benchmarks/outage.py``'s server has a tenth).
     """
     import httpx
     import trio
@@ -104,7 +106,7 @@ def run_outage(
     from ..policy import RetryPolicy
 
     chosen = policy or RetryPolicy(attempts=4, timeout=10.0)
-    bucket = Gcra(rate=capacity, burst=max(1.0, capacity / 20))
+    bucket = Gcra(rate=capacity, burst=burst or max(1.0, capacity / 20))
     arrivals: list[float] = []
     served: list[float] = []
     free = [0.0] * workers  # when each worker is next free
