@@ -333,13 +333,20 @@ class SmoothMiddleware(Edge):
         )
 
     @staticmethod
-    async def _discard(sent: _Sent) -> None:
-        """Release a response the call will not return: read a small body first (reuse)."""
+    async def _discard(sent: _Sent) -> bool:
+        """
+        Release a response the call will not return: read a small body first (reuse).
+
+        Whether its body is still whole (read before the release).
+        """
         response = sent.response
+        whole = sent.body is not None
         try:
-            if sent.body is None and drainable(response.headers):
+            if not whole and drainable(response.headers):
                 await response.read()
+                whole = True
         except (TimeoutError, aiohttp.ClientError):
             pass  # a body that failed to read once is not read again
         finally:
             response.release()
+        return whole

@@ -247,7 +247,7 @@ class EdgeCore:
         send: Callable[[A, float | None], R],
         reply_of: Callable[[R], Reply],
         failure_of: Callable[[Exception], Failure | None],
-        discard: Callable[[R], None],
+        discard: Callable[[R], bool | None],
         sleep: Callable[[float], object],
         began: float | None = None,
     ) -> tuple[R, dict[str, Any]]:
@@ -289,7 +289,7 @@ class EdgeCore:
         send: Callable[[A, float | None], Awaitable[R]],
         reply_of: Callable[[R], Reply],
         failure_of: Callable[[Exception], Failure | None],
-        discard: Callable[[R], Awaitable[None]],
+        discard: Callable[[R], Awaitable[bool | None]],
         sleep: Callable[[float], Awaitable[object]],
         began: float | None = None,
     ) -> tuple[R, dict[str, Any]]:

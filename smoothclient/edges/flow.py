@@ -197,6 +197,7 @@ class CallFlow:
         self.record = RecordBuilder()
         self.jittered = False  # the last retry's wait was drawn at random (no rate to pace at)
         self.counted_ahead = False  # the next attempt was counted by the budget when taken
+        self.kept = True  # the last response released is still whole (its body in memory)
 
     def _sleep(self, seconds: float) -> Sleep:
         self.record.waits.append(seconds)
@@ -240,7 +241,9 @@ class CallFlow:
                     self.record.gave_up_kind = decision.kind
                     log.debug("%s: giving up: %s", self.describe, decision.reason)
                 return self.record
-            yield DISCARD  # first: a hook that raises must not leave the response open
+            # first: a hook that raises must not leave the response open; the edge says
+            # whether the response is still whole (its body read) once released
+            self.kept = (yield DISCARD) is not False
             error = result.exception if isinstance(result, Failure) else None
             announce(
                 policy, self.record, self.describe, self.origin, state, decision,
@@ -334,7 +337,9 @@ class CallFlow:
             )
             kind = "closed" if down is None else kind
         self.record.gave_up, self.record.gave_up_kind = reason, kind
-        if self.record.attempts == 0:
+        if self.record.attempts == 0 or not self.kept:
+            # not sent, or the last response was released with its body unread: nothing
+            # whole to hand back (returned, its body would raise once read)
             error = RateLimited(f"{self.describe}: {reason}", retry_after=max(delay, closed or 0.0))
             error.smoothclient = self.record.as_dict()  # type: ignore[attr-defined]
             raise error
@@ -456,7 +461,7 @@ def drive(
     send: Callable[[], R],
     reply_of: Callable[[R], Reply],
     failure_of: Callable[[Exception], Failure | None],
-    discard: Callable[[R], None],
+    discard: Callable[[R], bool | None],
     sleep: Callable[[float], object],
     *,
     last: R | None = None,
@@ -466,6 +471,7 @@ def drive(
     Run ``flow`` synchronously; return the last response or exception and the record.
 
     ``last`` / ``error``: what the edge's fast lane already got (``flow.first``).
+    ``discard(response)`` releases a response; ``False`` when its body is gone (unread).
     """
     gen = flow.run()
     try:
@@ -482,9 +488,8 @@ def drive(
                     last, error, result = None, exc, failure
                 action = gen.send(result)
             elif action is DISCARD:
-                if last is not None:
-                    discard(last)
-                action = next(gen)
+                kept = discard(last) if last is not None else None
+                action = gen.send(kept)
             elif isinstance(action, Trip):  # a shared store's round trip, taken here
                 action = answer(gen, action)
             else:
@@ -519,7 +524,7 @@ async def drive_async(
     send: Callable[[], Awaitable[R]],
     reply_of: Callable[[R], Reply],
     failure_of: Callable[[Exception], Failure | None],
-    discard: Callable[[R], Awaitable[None]],
+    discard: Callable[[R], Awaitable[bool | None]],
     sleep: Callable[[float], Awaitable[object]],
     *,
     last: R | None = None,
@@ -562,11 +567,11 @@ async def drive_async(
                 going, action = await advance(functools.partial(gen.send, result))
                 continue
             if action is DISCARD:
-                if last is not None:
-                    await discard(last)
-            else:
-                assert isinstance(action, Sleep)
-                await sleep(action.seconds)
+                kept = await discard(last) if last is not None else None
+                going, action = await advance(functools.partial(gen.send, kept))
+                continue
+            assert isinstance(action, Sleep)
+            await sleep(action.seconds)
             going, action = await advance(gen.__next__)
         return Finished(last, error, action)
     finally:

@@ -493,7 +493,7 @@ class SyncEdge(_Edge[S]):
         """An attempt the deadline does not cut (``cut_attempts``: the client's timeout does)."""
         return _read(self.transport.handle_request(request))
 
-    def _discard(self, response: Any) -> None:
+    def _discard(self, response: Any) -> bool:
         try:
             if drainable(response.headers) and not response.is_stream_consumed:
                 response.read()
@@ -501,6 +501,7 @@ class SyncEdge(_Edge[S]):
             pass  # a body that failed to read once is not read again
         finally:
             response.close()
+        return hasattr(response, "_content")  # whether its body is still whole (read)
 
     def close(self) -> None:
         """Close the wrapped transport."""
@@ -563,7 +564,7 @@ class AsyncEdge(_Edge[A]):
         sent = _cut(request, left) if cut else request
         return await _aread(await self.transport.handle_async_request(sent))
 
-    async def _discard(self, response: Any) -> None:
+    async def _discard(self, response: Any) -> bool:
         try:
             if drainable(response.headers) and not response.is_stream_consumed:
                 await response.aread()
@@ -571,6 +572,7 @@ class AsyncEdge(_Edge[A]):
             pass  # a body that failed to read once is not read again
         finally:
             await response.aclose()
+        return hasattr(response, "_content")  # whether its body is still whole (read)
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

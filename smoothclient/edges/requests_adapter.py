@@ -85,8 +85,12 @@ def _reply(response: requests.Response) -> Reply:
     return Reply(status, headers)
 
 
-def _discard(response: requests.Response) -> None:
-    """Read a small error body (so the connection is reused), then release the response."""
+def _discard(response: requests.Response) -> bool:
+    """
+    Read a small error body (so the connection is reused), then release the response.
+
+    Whether its body is still whole (read before the release).
+    """
     try:
         if drainable(response.headers):
             response.content  # noqa: B018 - reads the body
@@ -94,6 +98,7 @@ def _discard(response: requests.Response) -> None:
         pass
     finally:
         response.close()
+    return isinstance(response._content, bytes)
 
 
 def _names(headers: Any) -> Collection[object]:
