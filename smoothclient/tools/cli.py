@@ -10,6 +10,8 @@ The ``smoothclient`` command.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -40,6 +42,57 @@ def _positive_number(text: str) -> float:
         msg = f"must be a positive number, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
+
+
+def _window_length(text: str) -> float:
+    """A duration that is a finite number of seconds above 0 (a window's length)."""
+    value = parse_duration(text)
+    if not 0 < value < float("inf"):
+        msg = f"must be a duration above 0 (e.g. 90, 15m), got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    """An integer from ``low`` to ``high``: anything else is a usage error saying so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            msg = f"must be a whole number from {low:,} to {high:,}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return parse
+
+
+def _number(low: float, high: float) -> Callable[[str], float]:
+    """A number from ``low`` to ``high`` (a demo's server: beyond them it never ends)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low <= value <= high:
+            msg = f"must be a number from {low:g} to {high:g}, got {text!r}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return parse
+
+
+def _utf8(text: str) -> str:
+    """Text that is valid UTF-8 (an argument's undecodable bytes come as surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        msg = f"must be valid UTF-8, got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    return text
 
 
 def _fmt(seconds: float) -> str:
@@ -90,8 +143,10 @@ def cmd_offset(args: argparse.Namespace) -> int:
     """Print the stable offset of a key in a window."""
     from ..spreading.offsets import offset_for
 
-    offset = offset_for(args.key, args.window, salt=args.salt)
-    print(f"{args.key}: offset {_fmt(offset)} of a {_fmt(args.window)} window")
+    key = os.fsencode(args.key)  # the bytes given: a key of any bytes has its offset
+    offset = offset_for(key, args.window, salt=args.salt)
+    shown = key.decode("utf-8", "backslashreplace")
+    print(f"{shown}: offset {_fmt(offset)} of a {_fmt(args.window)} window")
     return 0
 
 
@@ -175,16 +230,18 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo", help="a herd against a local server: careful retries vs smoothclient"
     )
-    p.add_argument("--clients", type=int, default=60, help="concurrent GETs (default 60)")
-    p.add_argument("--rate", type=_positive_number, default=10.0, help="server req/s (10)")
-    p.add_argument("--burst", type=_positive_number, default=5.0, help="server burst (5)")
+    p.add_argument(
+        "--clients", type=_whole(1, 10_000), default=60, help="concurrent GETs (default 60)"
+    )
+    p.add_argument("--rate", type=_number(0.1, 1e5), default=10.0, help="server req/s (10)")
+    p.add_argument("--burst", type=_number(1.0, 1e5), default=5.0, help="server burst (5)")
     p.add_argument(
         "--style", choices=("ietf", "github", "retry-after"), default="ietf", help="headers sent"
     )
     p.add_argument("--plot", metavar="FILE.png", help="also write the chart (needs matplotlib)")
     p.add_argument(
         "--fleet",
-        type=int,
+        type=_whole(0, 64),
         default=0,
         metavar="N",
         help="split the herd over N processes: each alone, then sharing Redis",
@@ -197,7 +254,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("simulate", help="a herd in virtual time, per retry strategy")
-    p.add_argument("--clients", type=int, default=100_000, help="clients M (100,000)")
+    p.add_argument("--clients", type=_whole(1, 10**15), default=100_000, help="clients M (100,000)")
     p.add_argument("--headroom", type=_positive_number, default=2000.0, help="H req/s (2,000)")
     p.add_argument(
         "--strategy", choices=("all", "none", "fixed", "full", "shift-widen"), default="all"
@@ -223,8 +280,8 @@ def _add_window(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _add_offset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("offset", help="the stable hashed offset of a key")
     p.add_argument("key")
-    p.add_argument("--window", type=parse_duration, required=True, help="e.g. 15m")
-    p.add_argument("--salt", default="", help="a per-job salt")
+    p.add_argument("--window", type=_window_length, required=True, help="e.g. 15m")
+    p.add_argument("--salt", type=_utf8, default="", help="a per-job salt")
     p.set_defaults(func=cmd_offset)
 
 
