@@ -8,6 +8,14 @@ from datetime import timedelta
 __all__ = ["fraction", "optional_seconds", "positive_int", "seconds"]
 
 
+def _float(value: int | float) -> float:
+    """``value`` as a float; an int too large for one is infinite (then refused as such)."""
+    try:
+        return float(value)
+    except OverflowError:  # an int of hundreds of digits
+        return math.inf if value > 0 else -math.inf
+
+
 def seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
     """Return ``value`` (a number or a timedelta) as finite non-negative seconds, or raise."""
     if isinstance(value, timedelta):
@@ -15,7 +23,7 @@ def seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         msg = f"{name} must be a number of seconds or a timedelta, not {type(value).__name__}"
         raise TypeError(msg)
-    result = float(value)
+    result = _float(value)
     if not math.isfinite(result) or result < 0 or (result == 0 and not allow_zero):
         allowed = "a finite number >= 0" if allow_zero else "a finite number > 0"
         msg = f"{name} must be {allowed}, got {value!r}"
@@ -44,7 +52,7 @@ def fraction(name: str, value: object, *, upper_open: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         msg = f"{name} must be a number, not {type(value).__name__}"
         raise TypeError(msg)
-    result = float(value)
+    result = _float(value)
     ok = 0 <= result < 1 if upper_open else 0 <= result <= 1
     if not ok:
         allowed = "0 <= x < 1" if upper_open else "0 <= x <= 1"

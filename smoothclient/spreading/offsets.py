@@ -71,6 +71,12 @@ def next_run(
     """
     p = seconds("period", period, allow_zero=False)
     current = time.time() if now is None else now
+    if isinstance(current, bool) or not isinstance(current, int | float):
+        msg = f"now must be epoch seconds (a number) or None, not {type(current).__name__}"
+        raise TypeError(msg)
+    if not -1e300 < current < 1e300:  # finite, and an int that a float holds
+        msg = f"now must be a finite number of epoch seconds, got {current!r}"
+        raise ValueError(msg)
     offset = offset_for(key, p)
     k = math.ceil((current - offset) / p)
     return offset + k * p

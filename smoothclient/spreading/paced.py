@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -130,14 +131,17 @@ def paced(
     if isinstance(rate, bool) or not isinstance(rate, int | float):
         msg = f"rate must be a number, not {type(rate).__name__}"
         raise TypeError(msg)
-    per_second = rate / seconds("per", per, allow_zero=False) if rate > 0 else 0.0
+    try:
+        per_second = rate / seconds("per", per, allow_zero=False) if rate > 0 else 0.0
+    except OverflowError:  # an int of hundreds of digits
+        per_second = math.inf
     if not (math.isfinite(per_second) and per_second > 0 and math.isfinite(1 / per_second)):
         msg = f"rate must be a finite number > 0 whose interval is finite too, got {rate!r}"
         raise ValueError(msg)
     if isinstance(burst, bool) or not isinstance(burst, int | float):
         msg = f"burst must be a number, not {type(burst).__name__}"
         raise TypeError(msg)
-    if not (math.isfinite(burst) and burst >= 1):
+    if not (1 <= burst <= sys.float_info.max):  # (math.isfinite raises for a huge int)
         msg = f"burst must be a finite number >= 1, got {burst!r}"
         raise ValueError(msg)
     if clock is not None and not callable(clock):

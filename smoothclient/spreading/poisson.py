@@ -139,8 +139,15 @@ class PoissonScheduler:
         if (events_per_day is None) == (rate is None):
             msg = "give exactly one of events_per_day and rate"
             raise ValueError(msg)
-        per_second = rate if rate is not None else (events_per_day or 0.0) / 86400.0
-        if not per_second > 0 or not math.isfinite(per_second):
+        given = rate if rate is not None else events_per_day
+        if isinstance(given, bool) or not isinstance(given, int | float):
+            msg = f"events_per_day or rate must be a number, not {type(given).__name__}"
+            raise TypeError(msg)
+        try:
+            per_second = float(given) if rate is not None else given / 86400.0
+        except OverflowError:  # an int of hundreds of digits
+            per_second = math.inf
+        if not 0 < per_second < math.inf:
             msg = f"the rate must be a finite number > 0, got {per_second!r} per second"
             raise ValueError(msg)
         if mode not in ("scale", "defer"):
