@@ -36,6 +36,14 @@ def optional_seconds(name: str, value: object, *, allow_zero: bool = True) -> fl
     return None if value is None else seconds(name, value, allow_zero=allow_zero)
 
 
+def flag(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool (``True`` or ``False``), or raise ``TypeError``."""
+    if not isinstance(value, bool):
+        msg = f"{name} must be True or False, not {value!r:.40}"
+        raise TypeError(msg)
+    return value
+
+
 def positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     """Return ``value`` as an int no smaller than ``minimum``, or raise."""
     if isinstance(value, bool) or not isinstance(value, int):

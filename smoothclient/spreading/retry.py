@@ -26,6 +26,7 @@ from typing import Any, TypeVar, overload
 import wrapt
 
 from .. import _mode as testing
+from .._validate import flag
 from ..edges.flow import announce
 from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide, spent
 from ..events import CallEnded, RecordBuilder
@@ -320,6 +321,7 @@ def retry(
                 f"function to decorate (bare @retry), not {target!r}"
             )
             raise TypeError(msg)
+    idempotent = flag("idempotent", idempotent)
     effective = _policy(policy, policy_changes)
     failure_of = _error_classifier(on)
     generator = rng or random.Random()
@@ -544,7 +546,7 @@ def retry_context(
     return RetryContext(
         on,
         _policy(policy, policy_changes),
-        idempotent,
+        flag("idempotent", idempotent),
         rng or random.Random(),
         sleep,
         clock,

@@ -57,3 +57,14 @@ def test_a_bool_or_text_is_not_a_number(name: str) -> None:
     for value in (True, "1"):
         with pytest.raises(TypeError, match="must be"):
             BUILDERS[name](value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), "no", [], None, 1])
+def test_idempotent_is_true_or_false(value: object) -> None:
+    """``idempotent=`` is a flag: anything else is refused at once, saying what is allowed."""
+    from smoothclient import retry, retry_context
+
+    with pytest.raises(TypeError, match="idempotent must be True or False"):
+        retry(idempotent=value)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="idempotent must be True or False"):
+        retry_context(idempotent=value)  # type: ignore[arg-type]
