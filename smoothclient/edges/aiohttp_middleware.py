@@ -125,8 +125,42 @@ def _reply(sent: _Sent) -> Reply:
     return Reply(sent.status_code, sent.headers, sent.body)
 
 
-async def _send(handler: Handler, request: aiohttp.ClientRequest) -> _Sent:
+def _expired(timer: object) -> bool:
+    """
+    Whether aiohttp's timer of a call (the session's ``total``) has run out.
+
+    aiohttp cancels the task when it does, and where the task was inside one of its own reads
+    (waiting for a response's head or body) that read turns the cancellation into a plain
+    ``TimeoutError``, the cancellation spent: only the timer still says the call is over.
+    """
+    check = getattr(timer, "assert_timeout", None)
+    if check is None:
+        return False
+    try:
+        check()
+    except TimeoutError:
+        return True
+    return False
+
+
+def _failure_under(timer: object) -> Callable[[Exception], Failure | None]:
+    """:func:`_failure` for a call under aiohttp's ``timer``: its running out ends the call."""
+    if timer is None:
+        return _failure
+
+    def failure(exc: Exception) -> Failure | None:
+        if isinstance(exc, TimeoutError) and _expired(timer):
+            return None  # the session's total, not the attempt's: raised, never retried
+        return _failure(exc)
+
+    return failure
+
+
+async def _send(handler: Handler, timer: object, request: aiohttp.ClientRequest) -> _Sent:
     """Send once; read a small JSON error body (its hints), so a retry can use them."""
+    if _expired(timer):  # aiohttp would send it, then raise at the response's head
+        msg = "the session's total timeout ran out before this attempt"
+        raise TimeoutError(msg)
     response = await handler(request)
     status = response.status
     if status >= 400 and wants_body(status, response.headers):
@@ -138,16 +172,20 @@ async def _send(handler: Handler, request: aiohttp.ClientRequest) -> _Sent:
     return _Sent(response, None)
 
 
-async def _cut(handler: Handler, request: aiohttp.ClientRequest, left: float | None) -> _Sent:
+async def _cut(
+    handler: Handler, timer: object, request: aiohttp.ClientRequest, left: float | None
+) -> _Sent:
     """One attempt, cut at what is left of the call's deadline (``left``; ``None``: none)."""
     if left is None:
-        return await _send(handler, request)
-    return await cut_on_asyncio(_send(handler, request), left, aiohttp.SocketTimeoutError)
+        return await _send(handler, timer, request)
+    return await cut_on_asyncio(_send(handler, timer, request), left, aiohttp.SocketTimeoutError)
 
 
-async def _whole(handler: Handler, request: aiohttp.ClientRequest, left: float | None) -> _Sent:
+async def _whole(
+    handler: Handler, timer: object, request: aiohttp.ClientRequest, left: float | None
+) -> _Sent:
     """One attempt the deadline does not cut (``cut_attempts=False``: the session's timeout)."""
-    return await _send(handler, request)
+    return await _send(handler, timer, request)
 
 
 def _route(request: aiohttp.ClientRequest) -> tuple[str, str]:
@@ -299,9 +337,11 @@ class SmoothMiddleware(Edge):
                 self._origin(request),
                 request,
                 self._info,
-                functools.partial(_whole if core.policy.cut_attempts is False else _cut, handler),
+                functools.partial(
+                    _whole if core.policy.cut_attempts is False else _cut, handler, timer
+                ),
                 _reply,
-                _failure,
+                _failure_under(timer),
                 self._discard,
                 self._sleep,
                 began,
