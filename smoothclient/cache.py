@@ -258,9 +258,10 @@ class _Memo(Generic[K]):
         return xfetch_due(now, entry.fresh_until, entry.delta, self.beta or 0.0, self.rng.random())
 
     def store(self, key: Hashable, value: Any, delta: float) -> None:
-        # a value larger than the whole cache is returned, not kept (as cachetools.cached)
+        # a value larger than the whole cache is returned, not kept (as cachetools.cached);
+        # a load timed on a clock that stepped back took no time
         with self.lock, contextlib.suppress(ValueError):
-            self.cache[key] = _Entry(value, delta, self.grace)
+            self.cache[key] = _Entry(value, max(0.0, delta), self.grace)
 
     def stale_ok(self, entry: Any) -> bool:
         """Stale-if-error: may ``entry`` stand in for a failed load now?"""
@@ -327,8 +328,8 @@ def _sync_wrapper(fn: Callable[..., Any], memo: _Memo[Any], key: Callable[..., H
             if flight.error is not None:
                 raise flight.error
             return flight.value
-        start = memo.now()
-        try:
+        try:  # (from here on the flight ends, whatever raises: a clock too)
+            start = memo.now()
             memo.stats.add("loads")
             flight.value = fn(*args, **kwargs)
             memo.store(k, flight.value, memo.now() - start)
@@ -405,9 +406,9 @@ def _async_wrapper(
                 entry = memo.loaded(k)  # another waiter may have loaded it by now
                 if entry is not None:
                     return entry.value
-        start = memo.now()
         loading = _LOADING.set(_LOADING.get() | {mine})
-        try:
+        try:  # (from here on the flight ends, whatever raises: a clock too)
+            start = memo.now()
             memo.stats.add("loads")
             value = await fn(*args, **kwargs)
             memo.store(k, value, memo.now() - start)
@@ -422,9 +423,12 @@ def _async_wrapper(
             flight.set_exception(_LeaderGone())
             raise
         finally:
-            _LOADING.reset(loading)
             with memo.flights_lock:
                 del memo.flights[k]
+            # closed outside its task's context (the GC of a loop closed with it pending):
+            # that context is gone, and so is the mark
+            with contextlib.suppress(ValueError):
+                _LOADING.reset(loading)
 
     background: set[asyncio.Task[Any]] = set()
 
@@ -488,7 +492,8 @@ def cached(
     number of asyncio event loops (a loader that is cancelled hands the key to its waiters).
     Async functions need asyncio (not trio): the flights and background refreshes use it.
     A function that calls (or awaits) itself with the key it is loading gets that inner call
-    run uncached: waiting on its own load would never end.
+    run uncached: waiting on its own load would never end.  A generator function is refused
+    (``TypeError``): its generator, once cached, would reach later callers exhausted.
     """
     if callable(cache) and not hasattr(cache, "__setitem__"):
         msg = (
@@ -508,6 +513,12 @@ def cached(
         raise TypeError(msg)
 
     def decorate(fn: F) -> F:
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            msg = (
+                "cached cannot cache a generator function: it would keep the generator, which "
+                "its first caller exhausts; cache a function that returns a list or tuple"
+            )
+            raise TypeError(msg)
         memo: _Memo[Any] = _Memo(
             cache, lock or threading.RLock(), beta, swr, sie, rng or random.Random()
         )

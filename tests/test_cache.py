@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Iterator
 
 import cachetools
 import pytest
@@ -519,3 +520,27 @@ def test_cache_info_is_typed_and_refuses_a_function_without_it() -> None:
     assert (cache_info(double).hits, cache_info(double).misses) == (1, 1)
     with pytest.raises(TypeError, match="info=True"):
         cache_info(lambda: None)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["generator", "async-generator"])
+def test_a_generator_function_is_refused(asynchronous: bool) -> None:
+    """
+    A cached generator kept the generator object: the second caller got it exhausted (nothing).
+
+    It is refused at decoration, saying what to cache instead.
+    """
+    decorate = cached(JitteredTTLCache(8, 60))
+    if asynchronous:
+
+        async def agen() -> AsyncIterator[int]:
+            yield 1
+
+        with pytest.raises(TypeError, match=r"generator function.*list or tuple"):
+            decorate(agen)
+    else:
+
+        def gen() -> Iterator[int]:
+            yield 1
+
+        with pytest.raises(TypeError, match=r"generator function.*list or tuple"):
+            decorate(gen)
