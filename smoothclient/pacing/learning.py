@@ -14,9 +14,9 @@ import dataclasses
 import math
 
 from ..hints.model import Hints
-from . import controller, crowd, outage
+from . import controller, crowd, outage, resets
 from .controller import SKEW
-from .state import EARLY_MAX, EARLY_MISSES, OriginState, Settings
+from .state import OriginState, Settings
 
 __all__ = ["can_wait", "observe"]
 
@@ -72,22 +72,18 @@ def observe(
         # the others back as far as needed)
         o.gate = max(o.gate, now + hints.retry_after)
     if hints.remaining is not None and hints.unit == "requests":
-        early = o.early_sent
-        if early is not None and sent_at is not None and sent_at >= early[0]:
-            o.early_sent = None  # the answer to an early probe of a window's reset
-            lead = early[1] - early[0]  # how long before the stated reset it went
-            moved = hints.reset_after is not None and now + hints.reset_after > early[1] + SKEW
-            if status < 400 or moved:
-                # through, or rejected by a window that had reset (its reset moved on): the
-                # others of a fleet took it first; the probe was not early for the server,
-                # and came as late into the new window as the window's start tells
-                lead = min(EARLY_MAX, lead + _late(o, hints, now, sent_at))
-                o.early_lead, o.early_misses, o.early_floor = lead, 0, 0.0
-            else:
-                _early_miss(o, lead, early[1] - now, hints.retry_after)
-        else:
+        if not resets.early_answered(o, status, hints, now, sent_at):
             _weigh(o, status, sent_at, hints, now)
-        _quota(o, s, hints, now, throttled=throttled, sent_at=sent_at, counted=counted)
+        _quota(
+            o,
+            s,
+            hints,
+            now,
+            throttled=throttled,
+            sent_at=sent_at,
+            counted=counted,
+            through=status < 400,
+        )
         _tally(o, hints.remaining, throttled=throttled, through=status < 400)
     elif hints.exhausted and hints.reset_after is not None:
         o.gate = max(o.gate, now + hints.reset_after)  # another unit ran out
@@ -141,8 +137,7 @@ def _predicted(
         or hints.unit != "requests"
         or reset_at is None
         or avail is None
-        or now >= reset_at
-        or (reset_after is not None and now + reset_after > reset_at + 0.001)  # a new window
+        or resets.new_window(o, remaining, reset_after, now, sent_at)
         or window > s.max_gate
         or (reset_after is not None and reset_after > s.max_gate)
         or o.kind == "window"
@@ -176,7 +171,7 @@ def _predicted(
     o.given_back = 0
     o.closed = None
     if reset_after is not None:
-        o.reset_at = now + reset_after
+        o.reset_at = resets.stated_reset(reset_at, reset_after, now, fresh=False)
     pace = o.pace
     pace.rate = limit / window
     pace.burst = max(1.0, min(limit, max(pace.burst, remaining)))
@@ -214,45 +209,6 @@ def can_wait(o: OriginState, status: int, hints: Hints) -> bool:
     if o.crowd_window != math.inf:
         return False  # (the place it frees is the fleet's: others wait for it)
     return hints.remaining is not None or not o.learned
-
-
-def _late(o: OriginState, hints: Hints, now: float, sent_at: float) -> float:
-    """
-    How long after its window began an answered request was sent (0 when unknown).
-
-    A window's stated reset less its span (stated, or its longest time-to-reset seen: what
-    a server that states its reset late states at the window's start) is when it began.
-    A probe that went that late into a new window others had reached first goes that much
-    earlier next time: kept where it was, a process of a fleet that shares nothing came a
-    tenth of a second into every window, already full, for twenty windows in a row.
-    """
-    span = hints.window or o.window_guesses.get(hints.limit, 0.0)
-    if hints.reset_after is None or span <= 0:
-        return 0.0
-    began = now + hints.reset_after - span
-    return min(span, max(0.0, sent_at - began))
-
-
-def _early_miss(o: OriginState, lead: float, before: float, retry_after: float | None) -> None:
-    """
-    A window rejected a probe sent ``lead`` before its stated reset (``before`` is left).
-
-    The next probe goes later (a quarter nearer the stated reset).  Its ``Retry-After`` says
-    how long before the stated reset the window takes the next, at the earliest: slowapi
-    states a reset a second late and truncates ``Retry-After``, which lands between the true
-    reset and the stated one.  When the misses run out (the stated reset is trusted then),
-    one more probe goes there, the earliest any of them said: on a 3 s window the probes
-    crept up on the true reset (a quarter at a time) and ran out just short of it, and every
-    window after waited the extra second.
-    """
-    misses = o.early_misses + 1
-    floor = o.early_floor
-    if retry_after is not None and floor >= 0:
-        floor = max(floor, before - retry_after)
-    lead *= 0.75
-    if misses >= EARLY_MISSES and floor > 0:
-        lead, misses, floor = floor, EARLY_MISSES - 1, -1.0
-    o.early_lead, o.early_misses, o.early_floor = lead, misses, floor
 
 
 def _capped(hints: Hints, cap: float) -> Hints:
@@ -359,6 +315,9 @@ def _ledger(
     now: float,
     overtaken: bool,
     alone: bool = False,
+    *,
+    new_window: bool,
+    through: bool = False,
 ) -> None:
     """
     Keep the ledger: what the quota still admits before its reset.
@@ -372,12 +331,24 @@ def _ledger(
     state is the whole fleet's).
     """
     left = remaining - o.in_flight - o.waiting
-    new_window = o.reset_at is not None and (
-        now >= o.reset_at or (reset_after is not None and now + reset_after > o.reset_at + 0.001)
-    )
     if new_window:
         o.exhausted = o.closed = None  # a spent quota's period ends with its window
         o.guess_whole = True
+        if (
+            through
+            and remaining < 1
+            and reset_after is not None
+            and resets.grain(reset_after)
+            and o.limit
+            and o.period_ok >= o.limit
+        ):
+            # Alone on the quota (the last window admitted only this client's requests),
+            # the new window let one in and holds nothing more: a fixed window gives a
+            # lone client all of it at its reset, so this one refills as it was spent (a
+            # moving window, a bucket).  Stated exactly, its reset says when the next slot
+            # frees; stated in whole seconds it says "1 s", a whole second that a moving
+            # window of one second did not need (2x the ideal): paced by the mirror.
+            o.evidence, o.kind = EVIDENCE, "bucket"
         sharing = o.kind == "window" and not alone  # a bucket's mirror paces it
         if sharing:
             _share(o)
@@ -403,7 +374,8 @@ def _ledger(
         o.exhausted = o.closed = None
         o.reset_probe = None
     elif reset_after is not None:  # spent since the first report that said so, until the reset
-        o.exhausted = (now if o.exhausted is None else o.exhausted[0], now + reset_after)
+        start, end = (now, None) if o.exhausted is None else o.exhausted
+        o.exhausted = (start, resets.stated_reset(end, reset_after, now, fresh=False))
 
 
 def _share(o: OriginState) -> None:
@@ -500,6 +472,7 @@ def _quota(
     throttled: bool,
     sent_at: float | None,
     counted: bool = True,
+    through: bool = False,
 ) -> None:
     """
     Mirror the server's quota: rate, burst and the tokens it says are left.
@@ -519,9 +492,19 @@ def _quota(
     available = hints.remaining - o.in_flight
     owed = throttled and _owed(o, hints, sent_at)  # before the ledger moves the spent period
     overtaken = _overtaken(o, hints.remaining, sent_at, counted)
-    _ledger(o, hints.remaining, hints.reset_after, now, overtaken, alone)
+    new_window = resets.new_window(o, hints.remaining, hints.reset_after, now, sent_at)
+    _ledger(
+        o,
+        hints.remaining,
+        hints.reset_after,
+        now,
+        overtaken,
+        alone,
+        new_window=new_window,
+        through=through,
+    )
     if hints.reset_after is not None:
-        o.reset_at = now + hints.reset_after
+        o.reset_at = resets.stated_reset(o.reset_at, hints.reset_after, now, fresh=new_window)
     limit, window = hints.limit, hints.window
     if not window:  # none stated (or a useless 0)
         window = _guess_window(o, limit, hints.reset_after)

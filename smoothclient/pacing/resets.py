@@ -1,0 +1,136 @@
+"""
+What a stated reset tells: its grain, a new window, the reset kept, and early probes.
+
+A server states when its quota resets: to the millisecond, or in whole seconds (rounded up
+or down, by its choice), or a second late (slowapi).  These rules read such statements for
+the ledger of :mod:`.learning`; like it, nothing here locks, sleeps or reads a clock.
+"""
+
+from __future__ import annotations
+
+from ..hints.model import Hints
+from .controller import SKEW
+from .state import EARLY_MAX, EARLY_MISSES, OriginState
+
+__all__ = ["early_answered", "grain", "new_window", "stated_reset"]
+
+
+def early_answered(
+    o: OriginState, status: int, hints: Hints, now: float, sent_at: float | None
+) -> bool:
+    """
+    Learn from the answer to an early probe of a window's reset, if this is it.
+
+    Through, or rejected by a window that had reset (its reset moved on by more than its
+    grain): the others of a fleet took it first; the probe was not early for the server,
+    and came as late into the new window as the window's start tells.  Rejected in the
+    window it probed: a miss (:func:`early_miss`).
+    """
+    early = o.early_sent
+    if early is None or sent_at is None or sent_at < early[0]:
+        return False
+    o.early_sent = None
+    lead = early[1] - early[0]  # how long before the stated reset it went
+    stated = hints.reset_after
+    moved = stated is not None and now + stated > early[1] + grain(stated) + SKEW
+    if status < 400 or moved:
+        lead = min(EARLY_MAX, lead + late(o, hints, now, sent_at))
+        o.early_lead, o.early_misses, o.early_floor = lead, 0, 0.0
+    else:
+        early_miss(o, lead, early[1] - now, hints.retry_after)
+    return True
+
+
+def grain(reset_after: float) -> float:
+    """
+    How coarse a stated time-to-reset is: 1 s when stated in whole seconds, else 0.
+
+    A reset stated in whole seconds (IETF ``RateLimit``'s ``t``, most ``Retry-After``-like
+    deltas) is rounded, up or down by the server's choice: stated from anywhere in a window,
+    "1 s" puts the reset anywhere in the next second, a little later at each answer.
+    """
+    return 1.0 if reset_after >= 1 and reset_after.is_integer() else 0.0
+
+
+def new_window(
+    o: OriginState,
+    remaining: float,
+    reset_after: float | None,
+    now: float,
+    sent_at: float | None,
+) -> bool:
+    """
+    Did a new window begin since the ledger's last report?
+
+    Yes when the reset the model keeps has passed; when the stated reset moved on by more
+    than its grain (:func:`grain`: a reset stated in whole seconds moves up to a second
+    later at each answer within one window, and read as a new window at every answer, the
+    spent period, the tally and the reset restarted with each 429, and a window was never
+    told from a bucket: express-rate-limit, a fixed window of one second stating "1" from
+    anywhere in it, took 1.3x the ideal); or when the quota came back: a request sent after
+    the report that set the ledger was told more is left than that report said.
+    """
+    reset_at = o.reset_at
+    if reset_at is None:
+        return False
+    if now >= reset_at:
+        return True
+    if reset_after is not None and now + reset_after > reset_at + grain(reset_after) + 0.001:
+        return True
+    told = o.ledger_set
+    return told is not None and sent_at is not None and sent_at >= told[1] and remaining > told[0]
+
+
+def stated_reset(reset_at: float | None, reset_after: float, now: float, *, fresh: bool) -> float:
+    """
+    The reset the model keeps after an answer stating ``reset_after``.
+
+    The latest statement, unless it is coarse (:func:`grain`) and of the same window (not
+    ``fresh``): then
+    the earliest the window's answers stated.  Rounded up, that is the tightest bound on the
+    true reset (the answer that came just after a whole second passed states it within a
+    round trip); rounded down, every statement is early, and the ledger's probes find out.
+    """
+    stated = now + reset_after
+    if fresh or reset_at is None or not grain(reset_after):
+        return stated
+    return min(reset_at, stated)
+
+
+def late(o: OriginState, hints: Hints, now: float, sent_at: float) -> float:
+    """
+    How long after its window began an answered request was sent (0 when unknown).
+
+    A window's stated reset less its span (stated, or its longest time-to-reset seen: what
+    a server that states its reset late states at the window's start) is when it began.
+    A probe that went that late into a new window others had reached first goes that much
+    earlier next time: kept where it was, a process of a fleet that shares nothing came a
+    tenth of a second into every window, already full, for twenty windows in a row.
+    """
+    span = hints.window or o.window_guesses.get(hints.limit, 0.0)
+    if hints.reset_after is None or span <= 0:
+        return 0.0
+    began = now + hints.reset_after - span
+    return min(span, max(0.0, sent_at - began))
+
+
+def early_miss(o: OriginState, lead: float, before: float, retry_after: float | None) -> None:
+    """
+    A window rejected a probe sent ``lead`` before its stated reset (``before`` is left).
+
+    The next probe goes later (a quarter nearer the stated reset).  Its ``Retry-After`` says
+    how long before the stated reset the window takes the next, at the earliest: slowapi
+    states a reset a second late and truncates ``Retry-After``, which lands between the true
+    reset and the stated one.  When the misses run out (the stated reset is trusted then),
+    one more probe goes there, the earliest any of them said: on a 3 s window the probes
+    crept up on the true reset (a quarter at a time) and ran out just short of it, and every
+    window after waited the extra second.
+    """
+    misses = o.early_misses + 1
+    floor = o.early_floor
+    if retry_after is not None and floor >= 0:
+        floor = max(floor, before - retry_after)
+    lead *= 0.75
+    if misses >= EARLY_MISSES and floor > 0:
+        lead, misses, floor = floor, EARLY_MISSES - 1, -1.0
+    o.early_lead, o.early_misses, o.early_floor = lead, misses, floor

@@ -1,0 +1,150 @@
+"""
+Resets stated in whole seconds: express-rate-limit, IETF ``RateLimit``'s ``t``, most servers.
+
+"Resets in 1 s" stated from anywhere in a window of one second puts the reset anywhere in the
+next second, a little later at each answer.  Read as a new window at every answer, the spent
+period, the tally and the reset restarted with each 429, a window was never told from a
+bucket, and an early probe's rejection read as "beaten to a new window" (1.31x the ideal for
+one process, 0.66 extra 429s a call for a fleet of six sharing nothing).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import trio
+
+from smoothclient import Hints, Pacer
+from smoothclient.pacing import state as st
+from smoothclient.pacing.store import KeyTracker, MemoryCell
+from smoothclient.tools.limiters import FixedWindow, MovingWindow, run_herd
+
+ORIGIN = "http://api.test:80"
+
+
+def _wall_on_trio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epoch headers read on trio's virtual clock (see tests/pacing/test_limiter_model.py)."""
+    base = time.time()
+
+    def wall() -> float:
+        try:
+            return base + trio.current_time()
+        except RuntimeError:  # outside the run
+            return base
+
+    monkeypatch.setattr(time, "time", wall)
+
+
+def _state(p: Pacer) -> st.OriginState:
+    found = p.track(ORIGIN)
+    assert isinstance(found, KeyTracker)
+    assert isinstance(found.cell, MemoryCell)
+    return found.cell.state
+
+
+def _quota(remaining: float, reset_after: float) -> Hints:
+    return Hints(remaining=remaining, limit=10, window=1.0, reset_after=reset_after)
+
+
+def test_a_whole_second_restated_later_is_the_same_window() -> None:
+    """Each answer says "1 s" from a little later: one window, its reset the earliest stated."""
+    p = Pacer(probe=0)
+    t = p.track(ORIGIN)
+    for index in range(10):
+        t.acquire(index * 0.001)
+        t.sent()
+    for index in range(10):
+        now = 0.002 + index * 0.03
+        t.observe(200, _quota(9 - index, 1.0), now, sent_at=index * 0.001)
+    o = _state(p)
+    assert o.reset_at == pytest.approx(1.002)  # the first answer's: the tightest bound
+    assert o.exhausted is not None
+    assert o.exhausted[1] == pytest.approx(1.002)
+    assert o.period_ok == 10  # one window's tally, not restarted at each answer
+    # a 429 stated from later in the same window is still that window
+    t.acquire(0.4)
+    t.sent()
+    t.observe(429, _quota(0, 1.0), 0.41, sent_at=0.4)
+    assert o.reset_at == pytest.approx(1.002)
+    assert o.period_throttled == 1
+    assert o.period_ok == 10
+
+
+def test_a_reset_moved_by_more_than_its_grain_or_a_quota_come_back_is_a_new_window() -> None:
+    """A new window shows as a reset a whole second further on, or as more left than told."""
+    p = Pacer(probe=0)
+    t = p.track(ORIGIN)
+    t.acquire(0.0)
+    t.sent()
+    t.observe(200, _quota(0, 3.0), 0.01, sent_at=0.0)  # spent until about 3.01
+    o = _state(p)
+    assert o.exhausted is not None
+    t.observe(200, _quota(0, 5.0), 0.5, sent_at=0.4)  # 5.5: two seconds on, a new window
+    assert o.reset_at == pytest.approx(5.5)
+    p2 = Pacer(probe=0)
+    t2 = p2.track(ORIGIN)
+    t2.acquire(0.0)
+    t2.sent()
+    t2.observe(200, _quota(2, 1.0), 0.01, sent_at=0.0)
+    o2 = _state(p2)
+    o2.period_ok = 5  # (a tally the new window must restart)
+    t2.acquire(0.3)
+    t2.sent()
+    t2.observe(200, _quota(8, 1.0), 0.31, sent_at=0.3)  # sent after the report, more left
+    assert o2.period_ok == 1
+    assert o2.period_top == 8
+    assert o2.reset_at == pytest.approx(1.31)
+
+
+def test_a_reset_stated_to_the_millisecond_is_read_as_before() -> None:
+    """Only whole seconds are coarse: a fractional reset that moves on is a new window."""
+    p = Pacer(probe=0)
+    t = p.track(ORIGIN)
+    t.acquire(0.0)
+    t.sent()
+    t.observe(200, _quota(3, 0.75), 0.01, sent_at=0.0)
+    t.acquire(0.02)
+    t.sent()
+    t.observe(200, _quota(2, 0.7505), 0.03, sent_at=0.02)
+    assert _state(p).reset_at == pytest.approx(0.7805)  # the latest statement, as is
+
+
+@pytest.mark.parametrize(
+    ("limiter", "procs", "calls", "bound", "extra"),
+    [
+        (FixedWindow(10, 1.0), 1, 60, 1.1, 0.05),  # 1.31x before
+        (MovingWindow(10, 1.0), 1, 60, 1.25, 0.05),  # 1.31x before; 2x on the way
+        (FixedWindow(10, 1.0), 6, 20, 1.2, 0.3),  # 0.66 extra 429s a call before
+    ],
+    ids=["fixed window", "moving window", "fixed window, fleet of 6 sharing nothing"],
+)
+def test_a_window_stating_whole_seconds_is_drained_near_the_ideal(
+    limiter: FixedWindow | MovingWindow,
+    procs: int,
+    calls: int,
+    bound: float,
+    extra: float,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """IETF ``RateLimit`` with ``t`` rounded up, as express-rate-limit sends it."""
+    _wall_on_trio(monkeypatch)
+    results = []
+    for seed in range(3):
+        fresh = type(limiter)(limiter.limit, limiter.window)
+        results.append(
+            run_herd(
+                fresh,
+                "ietf",
+                calls,
+                procs=procs,
+                seed=seed,
+                stagger=0.01,
+                spread=0.002,
+                proc_stagger=0.003,
+            )
+        )
+    assert all(r.failed == 0 for r in results)
+    assert statistics.median(r.ratio for r in results) <= bound
+    assert statistics.median(r.extra_429s_per_call for r in results) <= extra
