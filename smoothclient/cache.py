@@ -20,7 +20,6 @@ import concurrent.futures
 import contextlib
 import contextvars
 import functools
-import inspect
 import math
 import random
 import threading
@@ -33,6 +32,7 @@ import cachetools
 from cachetools.keys import hashkey
 
 from ._validate import fraction, optional_seconds, seconds
+from .spreading._aio import kind_of
 from .window import jittered_lifetime, xfetch_due
 
 __all__ = ["CacheInfo", "JitteredTTLCache", "cache_info", "cached"]
@@ -513,7 +513,8 @@ def cached(
         raise TypeError(msg)
 
     def decorate(fn: F) -> F:
-        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        kind = kind_of(fn)
+        if kind in ("generator", "async generator"):
             msg = (
                 "cached cannot cache a generator function: it would keep the generator, which "
                 "its first caller exhausts; cache a function that returns a list or tuple"
@@ -522,7 +523,7 @@ def cached(
         memo: _Memo[Any] = _Memo(
             cache, lock or threading.RLock(), beta, swr, sie, rng or random.Random()
         )
-        if inspect.iscoroutinefunction(fn):
+        if kind == "coroutine":
             wrapper = _async_wrapper(fn, memo, key)
         else:
             wrapper = _sync_wrapper(fn, memo, key)

@@ -3,15 +3,68 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import sys
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 #: The async runners sleep in steps of at most this, so their ``stop()`` is seen within it.
 STOP_POLL = 1.0
 
-__all__ = ["STOP_POLL", "async_sleep", "iterate_after", "sleep_unless"]
+__all__ = [
+    "STOP_POLL",
+    "async_sleep",
+    "iterate_after",
+    "kind_of",
+    "refuse_generators",
+    "sleep_unless",
+]
+
+Kind = Literal["coroutine", "async generator", "generator", "plain"]
+
+
+def kind_of(fn: object) -> Kind:
+    """
+    What calling ``fn`` gives: a coroutine, an async generator, a generator, or a plain value.
+
+    Sees through ``classmethod``/``staticmethod`` and, for a callable object (not a function,
+    method, class or partial), its class's ``__call__``: an object whose ``__call__`` is
+    ``async def`` is a coroutine function as far as the decorators go.
+    """
+    target = fn.__func__ if isinstance(fn, classmethod | staticmethod) else fn
+    if not (
+        inspect.isroutine(target)
+        or isinstance(target, type | functools.partial)
+        or not callable(target)
+    ):
+        target = type(target).__call__  # (callable: its class has one)
+    if inspect.isasyncgenfunction(target):
+        return "async generator"
+    if inspect.iscoroutinefunction(target):
+        return "coroutine"
+    if inspect.isgeneratorfunction(target):
+        return "generator"
+    return "plain"
+
+
+def refuse_generators(fn: object, what: str, instead: str) -> Kind:
+    """
+    ``fn``'s kind (:func:`kind_of`), or ``TypeError`` for a generator function of either kind.
+
+    For the helpers that call ``fn`` for its effect: a generator's body runs only as it is
+    iterated, so calling it would run nothing.  ``what`` names the parameter, ``instead`` says
+    what to give.
+    """
+    kind = kind_of(fn)
+    if kind in ("generator", "async generator"):
+        msg = (
+            f"{what} must not be a {kind} function (calling it runs none of its body): "
+            f"give {instead}"
+        )
+        raise TypeError(msg)
+    return kind
 
 
 async def async_sleep(seconds: float) -> None:

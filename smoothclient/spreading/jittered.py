@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import inspect
 import itertools
 import random
 import threading
@@ -16,7 +15,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 import wrapt
 
 from .._validate import positive_int, seconds
-from ._aio import async_sleep, iterate_after
+from ._aio import async_sleep, iterate_after, kind_of
 
 P = ParamSpec("P")
 R_co = TypeVar("R_co", covariant=True)
@@ -132,11 +131,12 @@ class _JitteredFunction(wrapt.FunctionWrapper[Any, Any]):
         return self._later(self.__wrapped__, args, kwargs)
 
     def _later(self, target: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        if inspect.isasyncgenfunction(target):
+        kind = kind_of(target)
+        if kind == "async generator":
             msg = "later() cannot schedule an async generator: iterate it (it waits first)"
             raise TypeError(msg)
         delay = self._self_draw()
-        if inspect.iscoroutinefunction(target):
+        if kind == "coroutine":
 
             async def run() -> Any:
                 await async_sleep(delay)
@@ -220,7 +220,8 @@ def jittered(
         return lo + (hi - lo) * generator.random()
 
     def decorate(fn: Callable[..., Any]) -> Any:
-        if inspect.isasyncgenfunction(fn):
+        kind = kind_of(fn)
+        if kind == "async generator":
 
             def agen_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
                 return iterate_after(
@@ -228,7 +229,7 @@ def jittered(
                 )
 
             wrapper: Callable[..., Any] = agen_wrapper
-        elif inspect.iscoroutinefunction(fn):
+        elif kind == "coroutine":
 
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
                 await (sleep or async_sleep)(draw())

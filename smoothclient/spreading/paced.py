@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import sys
 import threading
@@ -20,7 +19,7 @@ from ..pacing.keys import LruMap
 from ..pacing.state import OriginState
 from ..pacing.steps import in_thread, on_asyncio, run_async
 from ..pacing.store import Tracker, stepwise
-from ._aio import async_sleep, iterate_after
+from ._aio import async_sleep, iterate_after, kind_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -157,7 +156,7 @@ def paced(
     now = clock or time.monotonic
 
     def decorate(fn: F) -> F:
-        shared_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        shared_name = name or _name_of(fn)
         buckets: LruMap[Hashable, _Bucket | _SharedBucket] = LruMap(
             limit,
             lambda k: (
@@ -173,6 +172,12 @@ def paced(
         return _wrap(fn, bucket_for, now, block, sleep)
 
     return decorate
+
+
+def _name_of(fn: object) -> str:
+    """A function's module and qualified name; a callable object's class's (it has none)."""
+    named = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', '?')}"
 
 
 def _key(name: str, key: Hashable) -> str:
@@ -195,7 +200,8 @@ def _wrap(
         if wait > 0:
             await (sleep or async_sleep)(wait)
 
-    if inspect.isasyncgenfunction(fn):  # the wait comes before the first item
+    kind = kind_of(fn)
+    if kind == "async generator":  # the wait comes before the first item
 
         @wrapt.decorator
         def agen_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -203,7 +209,7 @@ def _wrap(
 
         return agen_wrapper(fn)  # type: ignore[return-value]
 
-    if inspect.iscoroutinefunction(fn):
+    if kind == "coroutine":
 
         @wrapt.decorator
         async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from .._validate import seconds
 from ..engine.backoff import sample_backoff
-from ._aio import sleep_unless
+from ._aio import refuse_generators, sleep_unless
 
 log = logging.getLogger("smoothclient.schedule")
 
@@ -115,7 +115,8 @@ class PoissonScheduler:
     all-day rate and defers events that fall outside to the next opening.  A failing task backs
     off with decorrelated jitter.  Hooks: ``on_gap(seconds)``, ``on_outcome(ok, error)``,
     ``on_wait(seconds)``.  Run it with :meth:`start` (a thread) or :meth:`run_async`; stop with
-    :meth:`stop`.
+    :meth:`stop`.  ``task`` must not be a generator function (``TypeError``: calling it would
+    run none of its body).
     """
 
     def __init__(
@@ -154,6 +155,7 @@ class PoissonScheduler:
             msg = f"mode must be 'scale' or 'defer', got {mode!r}"
             raise ValueError(msg)
         self.task = task
+        refuse_generators(task, "task", "a function (sync, or async for run_async) doing the work")
         self.rate = per_second
         self.window = window
         self.mode = mode

@@ -9,12 +9,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator
+from collections.abc import AsyncIterable, Awaitable, Callable, Hashable, Iterable, Iterator
 from datetime import timedelta
 from typing import Any
 
 from .._validate import positive_int, seconds
-from ._aio import sleep_unless
+from ._aio import refuse_generators, sleep_unless
 from .spread import spread
 
 log = logging.getLogger("smoothclient.schedule")
@@ -35,7 +35,7 @@ class Reconciler:
 
     def __init__(
         self,
-        find_work: Callable[[], Iterable[Any] | Awaitable[Iterable[Any]]],
+        find_work: Callable[[], Iterable[Any] | Awaitable[Iterable[Any]] | AsyncIterable[Any]],
         handle: Callable[[Any], Any],
         *,
         every: float | timedelta,
@@ -52,8 +52,14 @@ class Reconciler:
 
         ``sleep`` (for tests: a fake clock's) must match the runner: a plain function for
         :meth:`tick` and :meth:`start`, an async one for :meth:`tick_async` and
-        :meth:`run_async` (which run on asyncio).
+        :meth:`run_async` (which run on asyncio).  ``find_work`` may be async there (a
+        coroutine function or an async generator function); ``handle`` must not be a generator
+        function of either kind (``TypeError``: calling it would run none of its body).
         """
+        self._async_handle = (
+            refuse_generators(handle, "handle", "a function (sync or async) handling an item")
+            == "coroutine"
+        )
         self.find_work, self.handle, self.key = find_work, handle, key
         self.every = seconds("every", every, allow_zero=False)
         self.jitter = jitter
@@ -88,7 +94,7 @@ class Reconciler:
         try:
             try:
                 found = self.find_work()
-                if inspect.isawaitable(found):
+                if inspect.isawaitable(found) or hasattr(found, "__aiter__"):
                     _discard_awaitable(found)
                     msg = "find_work is async: run the reconciler with run_async() or tick_async()"
                     raise TypeError(msg)
@@ -115,12 +121,11 @@ class Reconciler:
             return 0
         try:
             try:
-                found = self.find_work()
-                work = list(await found if inspect.isawaitable(found) else found)
+                work = await _collect(self.find_work())
             except Exception:
                 return self._query_failed()
             fresh = self._claim(work)
-            if fresh and inspect.iscoroutinefunction(self.handle):
+            if fresh and self._async_handle:
                 await spread(self._dispatch_async, fresh, **self._spread_options())
             elif fresh:
                 options = self._spread_options()
@@ -227,7 +232,16 @@ class Reconciler:
             self._thread = None
 
 
-def _discard_awaitable(found: Awaitable[Any]) -> None:
+async def _collect(found: Any) -> list[Any]:
+    """The items of what ``find_work`` returned: an iterable, an awaitable of one, or async."""
+    if inspect.isawaitable(found):
+        found = await found
+    if hasattr(found, "__aiter__"):  # an async generator function's (or any async iterable)
+        return [item async for item in found]
+    return list(found)
+
+
+def _discard_awaitable(found: object) -> None:
     """Close a coroutine nobody will await (no "never awaited" warning)."""
     close = getattr(found, "close", None)
     if callable(close):

@@ -33,7 +33,7 @@ from ..events import CallEnded, RecordBuilder
 from ..hints.model import Hints
 from ..pacing.budget import BudgetCounts
 from ..policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
-from ._aio import async_sleep
+from ._aio import async_sleep, kind_of
 
 __all__ = ["Attempt", "RetryContext", "is_transient", "retry", "retry_context", "transient_errors"]
 
@@ -341,7 +341,7 @@ def retry(
                     raise _RetryResult(result, delay)
             return result
 
-        if inspect.iscoroutinefunction(fn):
+        if kind_of(fn) == "coroutine":
             pause = sleep or async_sleep
 
             @wrapt.decorator
@@ -391,8 +391,7 @@ def _is_error_types(value: object) -> bool:
 
 def _check_decoratable(fn: Any) -> None:
     """Refuse what ``@retry`` cannot retry: a generator's body runs after the call returns."""
-    target = fn.__func__ if isinstance(fn, classmethod | staticmethod) else fn
-    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+    if kind_of(fn) in ("generator", "async generator"):
         msg = "@retry cannot retry a generator (its body runs while it is iterated, after the call)"
         raise TypeError(msg)
     if isinstance(fn, classmethod | staticmethod):

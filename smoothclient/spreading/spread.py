@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import math
 import random
@@ -16,7 +15,7 @@ from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from .._validate import positive_int, seconds
-from ._aio import async_sleep
+from ._aio import async_sleep, refuse_generators
 from .offsets import even_offsets, offset_for
 
 log = logging.getLogger("smoothclient.schedule")
@@ -160,18 +159,20 @@ def spread(
     coroutine that runs tasks (at most ``concurrency`` at once).  One failing item does not stop
     the rest: its exception is in ``result.errors``.  ``progress(done, total)`` is called after
     each item.  Setting ``cancel`` (sync), or cancelling the awaiting task (async), stops items
-    not yet started.
+    not yet started.  A generator function (of either kind) is refused with ``TypeError``:
+    calling it would run none of its body.
 
     Returns:
         a :class:`SpreadResult` (or a coroutine of one, for async ``fn``).
     """
+    kind = refuse_generators(fn, "spread's fn", "a function (sync or async) doing an item's work")
     todo = list(items)
     keys = [key(i) for i in todo] if key is not None else None
     if placement == "hashed" and keys is None:
         keys = [str(i) for i in todo]
     offsets = plan(len(todo), seconds("window", window), placement, keys=keys, rate=rate, rng=rng)
     workers = positive_int("concurrency", concurrency)
-    if inspect.iscoroutinefunction(fn):
+    if kind == "coroutine":
         return _aspread(fn, todo, offsets, workers, progress, clock, sleep or async_sleep)
     if sleep is None:  # real time: a cancel wakes the wait at once, not at the next start
         sleep = time.sleep if cancel is None else cancel.wait
