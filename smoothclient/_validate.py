@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
+import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
-__all__ = ["fraction", "optional_seconds", "positive_int", "seconds"]
+__all__ = [
+    "Forward",
+    "forward",
+    "fraction",
+    "optional_seconds",
+    "positive_int",
+    "seconds",
+    "waited",
+]
+
+log = logging.getLogger("smoothclient")
 
 
 def _float(value: int | float) -> float:
@@ -67,3 +82,78 @@ def fraction(name: str, value: object, *, upper_open: bool = True) -> float:
         msg = f"{name} must satisfy {allowed}, got {value!r}"
         raise ValueError(msg)
     return result
+
+
+class Forward:
+    """
+    ``clock`` made never to go backwards: a step back counts as no time passing.
+
+    Each reading is ``clock()`` plus every step back seen so far, so time goes on from where it
+    was at the same pace as ``clock``: a wait measured across the step is never longer than
+    the wait asked for (an injected clock, or a wall clock set back, would make it as long as
+    the step).  A reading that is not a finite number is ignored likewise.  Both are logged at
+    debug.  A wait the caller slept (:meth:`slept`) is time that passed: a step back during it
+    does not undo it.  Thread-safe and picklable.
+    """
+
+    __slots__ = ("_floor", "_last", "_lock", "_skew", "clock")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        """Wrap ``clock`` (a callable returning seconds)."""
+        self.clock = clock
+        self._last: float | None = None
+        self._floor = -math.inf
+        self._skew = 0.0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        """Seconds: ``clock()`` less the steps back it took, never below the last reading."""
+        raw = self.clock()
+        with self._lock:
+            last = self._last
+            if isinstance(raw, bool) or not isinstance(raw, int | float) or not _finite(raw):
+                log.debug("the clock read %r, not a finite number: taken as no time passing", raw)
+                return 0.0 if last is None else last
+            now = raw + self._skew
+            least = self._floor if last is None else max(last, self._floor)
+            if now < least:
+                log.debug("the clock stepped back %.6g s: taken as no time passing", least - now)
+                self._skew += least - now
+                now = least
+            self._last = now
+            return now
+
+    def slept(self, since: float, seconds: float) -> None:
+        """A caller that read ``since`` then slept ``seconds``: no later reading is earlier."""
+        with self._lock:
+            self._floor = max(self._floor, since + seconds)
+
+    def __getstate__(self) -> tuple[Any, float | None, float, float]:
+        """The clock and the readings so far (not the lock)."""
+        return self.clock, self._last, self._floor, self._skew
+
+    def __setstate__(self, state: tuple[Any, float | None, float, float]) -> None:
+        """Restore, with a lock of its own."""
+        self.clock, self._last, self._floor, self._skew = state
+        self._lock = threading.Lock()
+
+
+def waited(clock: Callable[[], float], since: float, seconds: float) -> None:
+    """Tell a :class:`Forward` ``clock`` that its reader slept ``seconds`` after ``since``."""
+    if isinstance(clock, Forward) and seconds > 0:
+        clock.slept(since, seconds)
+
+
+def _finite(value: int | float) -> bool:
+    return -math.inf < _float(value) < math.inf
+
+
+#: Clocks that never go backwards: :func:`forward` leaves them alone.
+MONOTONIC: tuple[Callable[[], float], ...] = (time.monotonic, time.perf_counter)
+
+
+def forward(clock: Callable[[], float]) -> Callable[[], float]:
+    """``clock`` as a :class:`Forward` one, unless it is monotonic already (or one already)."""
+    if any(clock is known for known in MONOTONIC) or isinstance(clock, Forward):
+        return clock
+    return Forward(clock)

@@ -31,7 +31,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, cast
 import cachetools
 from cachetools.keys import hashkey
 
-from ._validate import fraction, optional_seconds, seconds
+from ._validate import forward, fraction, optional_seconds, seconds
 from .spreading._aio import kind_of
 from .window import jittered_lifetime, xfetch_due
 
@@ -81,7 +81,8 @@ class JitteredTTLCache(cachetools.TLRUCache[K, V, float]):
     Args:
         maxsize: the most entries (or total size with ``getsizeof``).
         ttl: the longest lifetime of an entry, in seconds (> 0).
-        timer: the clock (default ``time.monotonic``; tests pass a fake one).
+        timer: the clock (default ``time.monotonic``; tests pass a fake one).  A step back of
+            it counts as no time passing: no entry outlives ``ttl`` because of one.
         getsizeof: the size of a value.
         jitter: the fraction of ``ttl`` over which expiries spread, ``0 <= jitter < 1``.
         rng: randomness for the lifetimes.
@@ -102,7 +103,10 @@ class JitteredTTLCache(cachetools.TLRUCache[K, V, float]):
         self.jitter = fraction("jitter", jitter)
         self._rng = rng or random.Random()
         self._next_ttl: float | None = None
-        super().__init__(maxsize, self._ttu, timer, getsizeof)
+        if not callable(timer):
+            msg = f"timer must be a callable returning seconds, not {type(timer).__name__}"
+            raise TypeError(msg)
+        super().__init__(maxsize, self._ttu, forward(timer), getsizeof)
 
     def lifetime(self) -> float:
         """Draw one entry lifetime from ``[ttl * (1 - jitter), ttl]``."""

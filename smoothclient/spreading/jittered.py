@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import wrapt
 
-from .._validate import positive_int, seconds
+from .._validate import forward, positive_int, seconds
 from ._aio import async_sleep, iterate_after, kind_of
 
 P = ParamSpec("P")
@@ -34,7 +34,7 @@ class Scheduler:
     def __init__(self, *, workers: int = 8, clock: Callable[[], float] = time.monotonic) -> None:
         """Create an idle scheduler; its threads start on first use."""
         self._workers = positive_int("workers", workers)
-        self._clock = clock
+        self._clock = forward(clock)  # a step back is no time passing: no call held past its delay
         self._heap: list[tuple[float, int, Future[Any], Callable[[], Any]]] = []
         self._counter = itertools.count()
         self._cond = threading.Condition()

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import wrapt
 
-from .._validate import positive_int, seconds
+from .._validate import forward, positive_int, seconds, waited
 from ..errors import RateLimited
 from ..pacing.gcra import Gcra
 from ..pacing.keys import LruMap
@@ -153,7 +153,8 @@ def paced(
 
         store = Pacer(storage=storage, max_origins=limit)  # its store, and the fleet's clock
         clock = clock or store.clock
-    now = clock or time.monotonic
+    # in this process, a clock's step back is no time passing (a slot an hour away otherwise)
+    now = forward(clock) if store is None and clock is not None else clock or time.monotonic
 
     def decorate(fn: F) -> F:
         shared_name = name or _name_of(fn)
@@ -196,9 +197,11 @@ def _wrap(
 
     async def token(args: Any, kwargs: Any) -> None:
         """Wait for a token on the event loop."""
-        wait = await bucket_for(args, kwargs).reserve_async(clock(), block=block)
+        now = clock()
+        wait = await bucket_for(args, kwargs).reserve_async(now, block=block)
         if wait > 0:
             await (sleep or async_sleep)(wait)
+            waited(clock, now, wait)
 
     kind = kind_of(fn)
     if kind == "async generator":  # the wait comes before the first item
@@ -220,9 +223,11 @@ def _wrap(
 
     @wrapt.decorator
     def sync_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        wait = bucket_for(args, kwargs).reserve(clock(), block=block)
+        now = clock()
+        wait = bucket_for(args, kwargs).reserve(now, block=block)
         if wait > 0:
             (sleep or time.sleep)(wait)
+            waited(clock, now, wait)
         return wrapped(*args, **kwargs)
 
     return sync_wrapper(fn)  # type: ignore[return-value]

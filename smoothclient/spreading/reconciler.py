@@ -13,7 +13,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Hashable, Iterab
 from datetime import timedelta
 from typing import Any
 
-from .._validate import positive_int, seconds
+from .._validate import forward, positive_int, seconds
 from ._aio import refuse_generators, sleep_unless
 from .spread import spread
 
@@ -68,7 +68,7 @@ class Reconciler:
             raise ValueError(msg)
         self.spread_over = seconds("spread_over", spread_over)
         self.concurrency = positive_int("concurrency", concurrency)
-        self.clock, self.sleep = clock, sleep
+        self.clock, self.sleep = forward(clock), sleep  # (a step back is no time passing)
         self.rng = rng or random.Random()
         self.in_flight: set[Hashable] = set()
         self.last_tick_at: float | None = None

@@ -26,7 +26,7 @@ from typing import Any, TypeVar, overload
 import wrapt
 
 from .. import _mode as testing
-from .._validate import flag
+from .._validate import flag, forward
 from ..edges.flow import announce
 from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide, spent
 from ..events import CallEnded, RecordBuilder
@@ -322,6 +322,7 @@ def retry(
             )
             raise TypeError(msg)
     idempotent = flag("idempotent", idempotent)
+    clock = forward(clock)  # a step back is no time passing: the deadline is not pushed away
     effective = _policy(policy, policy_changes)
     failure_of = _error_classifier(on)
     generator = rng or random.Random()
@@ -548,6 +549,6 @@ def retry_context(
         flag("idempotent", idempotent),
         rng or random.Random(),
         sleep,
-        clock,
+        forward(clock),
         name,
     )

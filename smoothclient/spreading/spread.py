@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar, overload
 
-from .._validate import positive_int, seconds
+from .._validate import forward, positive_int, seconds, waited
 from ._aio import async_sleep, refuse_generators
 from .offsets import even_offsets, offset_for
 
@@ -172,6 +172,7 @@ def spread(
         keys = [str(i) for i in todo]
     offsets = plan(len(todo), seconds("window", window), placement, keys=keys, rate=rate, rng=rng)
     workers = positive_int("concurrency", concurrency)
+    clock = forward(clock)  # a step back is no time passing: no wait longer than its offset
     if kind == "coroutine":
         return _aspread(fn, todo, offsets, workers, progress, clock, sleep or async_sleep)
     if sleep is None:  # real time: a cancel wakes the wait at once, not at the next start
@@ -214,9 +215,11 @@ def _spread_threads(
 
     with ThreadPoolExecutor(workers, thread_name_prefix="smoothclient-spread") as pool:
         for n, i in enumerate(order):
-            wait = start + offsets[i] - clock()
+            now = clock()
+            wait = start + offsets[i] - now
             if wait > 0:
                 sleep(wait)
+                waited(clock, now, wait)
             if interrupted or (cancel is not None and cancel.is_set()):
                 result.cancelled = True
                 for j in order[n:]:
@@ -244,9 +247,11 @@ async def _aspread(
 
     async def run(i: int) -> None:
         nonlocal done
-        wait = start + offsets[i] - clock()
+        now = clock()
+        wait = start + offsets[i] - now
         if wait > 0:
             await sleep(wait)
+            waited(clock, now, wait)
         async with gate:
             try:
                 result.results[i] = await fn(todo[i])
