@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,12 +24,22 @@ from aiohttp import web
 from smoothclient import HttpCache, Pacer, RetryPolicy
 from smoothclient.aiohttp import SmoothMiddleware
 from smoothclient.testing import FakeClock
+from smoothclient.tools.redis_server import RedisServer, binary
 
 #: (status, headers) per request; the last entry repeats.
 Answer = tuple[int, dict[str, str]]
 POLICY = RetryPolicy(attempts=5, timeout=60, wait_initial=1.0, wait_max=2.0)
 #: A quota spent for the next 30 s: the pacer holds the next call.
 SPENT = {"RateLimit-Limit": "10", "RateLimit-Remaining": "0", "RateLimit-Reset": "30"}
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A redis-server of the test's own: its URL (skipped where there is none)."""
+    if binary("redis") is None:
+        pytest.skip("no redis-server")
+    with RedisServer() as running:
+        yield running.url
 
 
 @dataclass
@@ -93,6 +103,7 @@ async def cancelled_then_next(
     *,
     cache: HttpCache | None = None,
     warm: bool = False,
+    storage: str | None = None,
 ) -> tuple[Pacer, Parked, int]:
     """
     A call cancelled once ``until(parked)`` returns, then another call: the pacer, the waits.
@@ -101,7 +112,7 @@ async def cancelled_then_next(
     for it (cut at 2 s here).  The next call comes a minute later (the pacer's fake clock).
     """
     clock = FakeClock(1000.0)
-    pacer = Pacer(clock=clock)
+    pacer = Pacer(clock=clock) if storage is None else Pacer(storage=storage, probe=0)
     parked = Parked()
     edge = SmoothMiddleware(policy=POLICY, pacer=pacer, sleep=parked, cache=cache)
     async with (
@@ -206,3 +217,28 @@ def test_cancelled_while_an_attempt_to_a_paced_origin_waits_for_its_answer() -> 
     assert status == 200
     assert counts(pacer) == (0, 0)
     assert server.seen == 3
+
+
+def test_cancelled_on_a_redis_pacer_while_waiting_and_mid_attempt(redis_url: str) -> None:
+    """The fleet's counts in Redis: a call cancelled in its wait, one mid-attempt: both at 0."""
+    quota = {"RateLimit-Limit": "100", "RateLimit-Remaining": "50", "RateLimit-Reset": "30"}
+    waiting = Server([(503, {}), (200, {})])
+    held = Server([(200, quota)], hold_from=2)
+    during: list[tuple[int, int]] = []
+
+    async def arrived(_: Parked, pacer: Pacer) -> None:
+        while held.seen < 2:
+            await asyncio.sleep(0.01)
+        during.append(counts(pacer))
+
+    async def main() -> list[tuple[tuple[int, int], int]]:
+        out = []
+        for server, until, warm in ((waiting, parked, False), (held, arrived, True)):
+            pacer, _, status = await cancelled_then_next(
+                server, until, warm=warm, storage=redis_url
+            )
+            out.append((counts(pacer), status))
+        return out
+
+    assert asyncio.run(main()) == [((0, 0), 200), ((0, 0), 200)]
+    assert during == [(0, 1)]
