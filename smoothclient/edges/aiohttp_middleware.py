@@ -342,8 +342,8 @@ class SmoothMiddleware(Edge):
                 ),
                 _reply,
                 _failure_under(timer),
-                self._discard,
-                self._sleep,
+                functools.partial(_discard, timer),
+                self._sleep if timer is None else _waiting(self._sleep, timer),
                 began,
             )
         except RateLimited as exc:
@@ -372,21 +372,38 @@ class SmoothMiddleware(Edge):
             _replayable(request),
         )
 
-    @staticmethod
-    async def _discard(sent: _Sent) -> bool:
-        """
-        Release a response the call will not return: read a small body first (reuse).
 
-        Whether its body is still whole (read before the release).
-        """
-        response = sent.response
-        whole = sent.body is not None
-        try:
-            if not whole and drainable(response.headers):
-                await response.read()
-                whole = True
-        except (TimeoutError, aiohttp.ClientError):
-            pass  # a body that failed to read once is not read again
-        finally:
-            response.release()
-        return whole
+def _waiting(
+    sleep: Callable[[float], Awaitable[object]], timer: object
+) -> Callable[[float], Awaitable[object]]:
+    """``sleep``, refused once aiohttp's ``timer`` ran out (its cancellation spent elsewhere)."""
+
+    async def wait(seconds: float) -> object:
+        if _expired(timer):
+            msg = "the session's total timeout ran out before this wait"
+            raise TimeoutError(msg)
+        return await sleep(seconds)
+
+    return wait
+
+
+async def _discard(timer: object, sent: _Sent) -> bool:
+    """
+    Release a response the call will not return: read a small body first (reuse).
+
+    Whether its body is still whole (read before the release).  A read cut by the session's
+    total (aiohttp's ``timer``) ends the call with its ``TimeoutError``.
+    """
+    response = sent.response
+    whole = sent.body is not None
+    try:
+        if not whole and drainable(response.headers):
+            await response.read()
+            whole = True
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        if isinstance(exc, TimeoutError) and _expired(timer):
+            raise
+        # a body that failed to read once is not read again
+    finally:
+        response.release()
+    return whole

@@ -9,6 +9,7 @@ where the deadline is what is tested.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import socket
@@ -510,6 +511,49 @@ def test_the_sessions_total_running_out_inside_an_attempt_ends_the_call(cut_atte
 
     assert run(main) < 0.45  # before the server's answer: ended at the total
     assert len(script.seen) == 1
+
+
+@pytest.mark.e2e
+def test_the_sessions_total_running_out_in_a_503s_body_ends_the_call() -> None:
+    """
+    The total runs out while the 503's body (read so the connection is reused) drips: done.
+
+    The read turned aiohttp's cancellation into a TimeoutError the release swallowed, and the
+    call then slept the 503's Retry-After (2 s) past a total of 0.3 s before it ended.
+    """
+    seen: list[int] = []
+
+    async def dripping(request: web.Request) -> web.StreamResponse:
+        seen.append(1)
+        headers = {"Retry-After": "2", "Content-Length": "10"}
+        response = web.StreamResponse(status=503, headers=headers)
+        await response.prepare(request)
+        await response.write(b"12345")
+        with contextlib.suppress(ConnectionError):
+            await asyncio.sleep(1.0)
+            await response.write(b"67890")
+        return response
+
+    async def main() -> float:
+        app = web.Application()
+        app.router.add_get("/", dripping)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            with pytest.raises(TimeoutError):
+                await fetch(
+                    url, SmoothMiddleware(policy=POLICY), timeout=aiohttp.ClientTimeout(0.3)
+                )
+            return loop.time() - started
+        finally:
+            await runner.cleanup()
+
+    assert run(main) < 1.0  # was 2.4 s: the Retry-After slept after the total
+    assert len(seen) == 1
 
 
 async def _chunks() -> AsyncIterator[bytes]:
