@@ -26,7 +26,15 @@ from aiohttp import web
 from aiohttp.client_reqrep import ConnectionKey
 
 import smoothclient
-from smoothclient import CallEnded, Pacer, RateLimited, RetryPolicy, override_policy, record_of
+from smoothclient import (
+    CallEnded,
+    HttpCache,
+    Pacer,
+    RateLimited,
+    RetryPolicy,
+    override_policy,
+    record_of,
+)
 from smoothclient.aiohttp import RateLimitedError, SmoothMiddleware
 from smoothclient.edges import aiohttp_middleware
 from smoothclient.pacing import ScopeRequest
@@ -486,8 +494,12 @@ def test_the_sessions_total_timeout_ends_the_call_waits_and_all() -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("cut_attempts", [True, False])
-def test_the_sessions_total_running_out_inside_an_attempt_ends_the_call(cut_attempts: bool) -> None:
+@pytest.mark.parametrize(
+    ("cut_attempts", "cache"), [(True, False), (False, False), (True, True)], ids=str
+)
+def test_the_sessions_total_running_out_inside_an_attempt_ends_the_call(
+    cut_attempts: bool, cache: bool
+) -> None:
     """
     The session's total runs out while an attempt waits for its answer: nothing is sent again.
 
@@ -502,11 +514,10 @@ def test_the_sessions_total_running_out_inside_an_attempt_ends_the_call(cut_atte
     async def main() -> float:
         loop = asyncio.get_running_loop()
         async with serving(script) as url:
+            edge = SmoothMiddleware(policy=policy, cache=HttpCache() if cache else None)
             started = loop.time()
             with pytest.raises(TimeoutError):
-                await fetch(
-                    url, SmoothMiddleware(policy=policy), timeout=aiohttp.ClientTimeout(0.2)
-                )
+                await fetch(url, edge, timeout=aiohttp.ClientTimeout(0.2))
             return loop.time() - started
 
     assert run(main) < 0.45  # before the server's answer: ended at the total
