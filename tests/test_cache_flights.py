@@ -263,3 +263,58 @@ def test_a_clock_failing_as_a_load_starts_leaves_no_flight_behind(
     assert results.count("boom") <= 1
     assert results[-1] == "k"
     assert table == {}
+
+
+@pytest.mark.parametrize("outcome", ["error", "interrupt", "cancel"])
+def test_a_waiter_on_another_loop_gets_the_error_or_loads_itself(outcome: str) -> None:
+    """
+    The leader on one event loop (a thread), a waiter on another: the leader's error reaches
+    the waiter; after an interrupt or a cancellation the waiter loads the key itself.
+    """
+    leading, waiting = threading.Event(), threading.Event()
+    loads: list[str] = []
+
+    @cached(JitteredTTLCache(8, 60, timer=FakeClock(0.0)))
+    async def load(key: str) -> str:
+        loads.append(threading.current_thread().name)
+        if len(loads) == 1:
+            leading.set()
+            while not waiting.is_set():
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.01)  # the waiter is on the flight by now
+            if outcome == "cancel":
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()
+                await asyncio.sleep(0)
+            settle(outcome, 0)
+        return "loaded"
+
+    results: dict[str, object] = {}
+
+    def run(name: str) -> None:
+        async def main() -> object:
+            if name == "waiter":
+                leading.wait(2.0)
+                waiting.set()
+            async with asyncio.timeout(2.0):
+                return await load("k")
+
+        try:
+            results[name] = asyncio.run(main())
+        except BaseException as exc:  # (what each caller ended with)
+            results[name] = type(exc).__name__
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in ("leader", "waiter")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5.0)
+    assert not any(thread.is_alive() for thread in threads), "a caller hangs"
+    expected_leader = {"error": "Boom", "interrupt": "Interrupt", "cancel": "CancelledError"}
+    assert results["leader"] == expected_leader[outcome]
+    if outcome == "error":
+        assert (results["waiter"], loads) == ("Boom", ["leader"])
+    else:
+        assert (results["waiter"], loads) == ("loaded", ["leader", "waiter"])
+    assert memo_of(load).flights == {}
