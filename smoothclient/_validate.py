@@ -14,6 +14,7 @@ __all__ = [
     "Forward",
     "forward",
     "fraction",
+    "function",
     "optional_seconds",
     "positive_int",
     "seconds",
@@ -152,8 +153,24 @@ def _finite(value: int | float) -> bool:
 MONOTONIC: tuple[Callable[[], float], ...] = (time.monotonic, time.perf_counter)
 
 
-def forward(clock: Callable[[], float]) -> Callable[[], float]:
+def function(name: str, value: Any, what: str, *, optional: bool = False) -> Any:
+    """
+    Return ``value`` if it is callable (or ``None`` when ``optional``), or raise ``TypeError``.
+
+    ``what`` says what the callable does (``"returning seconds"``): a string, a number or any
+    other object given where a function goes fails here, not at its first call (in a thread,
+    a scheduler's, it would never fail where anyone sees it).
+    """
+    if (value is None and optional) or callable(value):
+        return value
+    none = " (or None)" if optional else ""
+    msg = f"{name} must be a callable {what}{none}, not {type(value).__name__}"
+    raise TypeError(msg)
+
+
+def forward(clock: Callable[[], float], name: str = "clock") -> Callable[[], float]:
     """``clock`` as a :class:`Forward` one, unless it is monotonic already (or one already)."""
+    function(name, clock, "returning seconds")
     if any(clock is known for known in MONOTONIC) or isinstance(clock, Forward):
         return clock
     return Forward(clock)

@@ -31,7 +31,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, cast
 import cachetools
 from cachetools.keys import hashkey
 
-from ._validate import forward, fraction, optional_seconds, seconds
+from ._validate import forward, fraction, function, optional_seconds, seconds
 from .spreading._aio import kind_of
 from .window import jittered_lifetime, xfetch_due
 
@@ -508,6 +508,7 @@ def cached(
     if not (hasattr(cache, "get") and hasattr(cache, "__setitem__")):
         msg = f"cache must be a cachetools cache or another mutable mapping, not {cache!r}"
         raise TypeError(msg)
+    function("key", key, "of the arguments")
     beta = optional_seconds("early_refresh", early_refresh)
     swr = optional_seconds("stale_while_revalidate", stale_while_revalidate)
     sie = optional_seconds("stale_if_error", stale_if_error)

@@ -51,12 +51,15 @@ def kind_of(fn: object) -> Kind:
 
 def refuse_generators(fn: object, what: str, instead: str) -> Kind:
     """
-    ``fn``'s kind (:func:`kind_of`), or ``TypeError`` for a generator function of either kind.
+    ``fn``'s kind (:func:`kind_of`); ``TypeError`` for a generator function, or no function.
 
     For the helpers that call ``fn`` for its effect: a generator's body runs only as it is
     iterated, so calling it would run nothing.  ``what`` names the parameter, ``instead`` says
     what to give.
     """
+    if not callable(fn):
+        msg = f"{what} must be callable, not {type(fn).__name__}: give {instead}"
+        raise TypeError(msg)
     kind = kind_of(fn)
     if kind in ("generator", "async generator"):
         msg = (

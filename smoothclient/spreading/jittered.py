@@ -14,7 +14,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 import wrapt
 
-from .._validate import forward, positive_int, seconds
+from .._validate import forward, function, positive_int, seconds
 from ._aio import async_sleep, iterate_after, kind_of
 
 P = ParamSpec("P")
@@ -214,6 +214,7 @@ def jittered(
     if lo > hi:
         msg = f"min_wait ({lo}) must not exceed max_wait ({hi})"
         raise ValueError(msg)
+    function("sleep", sleep, "taking seconds", optional=True)
     generator = rng or random.Random()
 
     def draw() -> float:

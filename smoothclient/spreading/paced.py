@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import wrapt
 
-from .._validate import forward, positive_int, seconds, waited
+from .._validate import forward, function, positive_int, seconds, waited
 from ..errors import RateLimited
 from ..pacing.gcra import Gcra
 from ..pacing.keys import LruMap
@@ -146,6 +146,8 @@ def paced(
     if clock is not None and not callable(clock):
         msg = f"clock must be a callable returning seconds, not {type(clock).__name__}"
         raise TypeError(msg)
+    function("key", key, "of the arguments", optional=True)
+    function("sleep", sleep, "taking seconds", optional=True)
     limit = positive_int("max_keys", max_keys)
     store = None
     if storage is not None and storage != "memory://":

@@ -19,7 +19,7 @@ from datetime import time as dtime
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from .._validate import seconds
+from .._validate import function, seconds
 from ..engine.backoff import sample_backoff
 from ._aio import refuse_generators, sleep_unless
 
@@ -154,6 +154,11 @@ class PoissonScheduler:
         if mode not in ("scale", "defer"):
             msg = f"mode must be 'scale' or 'defer', got {mode!r}"
             raise ValueError(msg)
+        function("task", task, "doing the work")
+        function("wall", wall, "returning epoch seconds")
+        function("sleep", sleep, "taking seconds")
+        for hook, value in (("on_gap", on_gap), ("on_outcome", on_outcome), ("on_wait", on_wait)):
+            function(hook, value, "(a hook)", optional=True)
         self.task = task
         refuse_generators(task, "task", "a function (sync, or async for run_async) doing the work")
         self.rate = per_second

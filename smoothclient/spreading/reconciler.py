@@ -13,7 +13,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable, Hashable, Iterab
 from datetime import timedelta
 from typing import Any
 
-from .._validate import forward, positive_int, seconds
+from .._validate import forward, function, positive_int, seconds
 from ._aio import refuse_generators, sleep_unless
 from .spread import spread
 
@@ -56,6 +56,9 @@ class Reconciler:
         coroutine function or an async generator function); ``handle`` must not be a generator
         function of either kind (``TypeError``: calling it would run none of its body).
         """
+        function("find_work", find_work, "returning the items")
+        function("key", key, "of an item")
+        function("sleep", sleep, "taking seconds", optional=True)
         self._async_handle = (
             refuse_generators(handle, "handle", "a function (sync or async) handling an item")
             == "coroutine"

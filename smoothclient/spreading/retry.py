@@ -26,7 +26,7 @@ from typing import Any, TypeVar, overload
 import wrapt
 
 from .. import _mode as testing
-from .._validate import flag, forward
+from .._validate import flag, forward, function
 from ..edges.flow import announce
 from ..engine.decide import CallState, ErrorKind, GiveUp, Outcome, Retry, decide, spent
 from ..events import CallEnded, RecordBuilder
@@ -323,6 +323,8 @@ def retry(
             raise TypeError(msg)
     idempotent = flag("idempotent", idempotent)
     clock = forward(clock)  # a step back is no time passing: the deadline is not pushed away
+    function("sleep", sleep, "taking seconds", optional=True)
+    function("on_result", on_result, "of the result", optional=True)
     effective = _policy(policy, policy_changes)
     failure_of = _error_classifier(on)
     generator = rng or random.Random()
@@ -548,7 +550,7 @@ def retry_context(
         _policy(policy, policy_changes),
         flag("idempotent", idempotent),
         rng or random.Random(),
-        sleep,
+        function("sleep", sleep, "taking seconds", optional=True),
         forward(clock),
         name,
     )

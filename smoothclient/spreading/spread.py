@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar, overload
 
-from .._validate import forward, positive_int, seconds, waited
+from .._validate import forward, function, positive_int, seconds, waited
 from ._aio import async_sleep, refuse_generators
 from .offsets import even_offsets, offset_for
 
@@ -166,6 +166,7 @@ def spread(
         a :class:`SpreadResult` (or a coroutine of one, for async ``fn``).
     """
     kind = refuse_generators(fn, "spread's fn", "a function (sync or async) doing an item's work")
+    function("key", key, "of an item", optional=True)
     todo = list(items)
     keys = [key(i) for i in todo] if key is not None else None
     if placement == "hashed" and keys is None:
@@ -173,6 +174,8 @@ def spread(
     offsets = plan(len(todo), seconds("window", window), placement, keys=keys, rate=rate, rng=rng)
     workers = positive_int("concurrency", concurrency)
     clock = forward(clock)  # a step back is no time passing: no wait longer than its offset
+    function("sleep", sleep, "taking seconds", optional=True)
+    function("progress", progress, "taking (done, total)", optional=True)
     if kind == "coroutine":
         return _aspread(fn, todo, offsets, workers, progress, clock, sleep or async_sleep)
     if sleep is None:  # real time: a cancel wakes the wait at once, not at the next start
