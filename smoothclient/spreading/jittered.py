@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import random
 import threading
 import time
@@ -22,6 +23,8 @@ R_co = TypeVar("R_co", covariant=True)
 R = TypeVar("R")
 
 __all__ = ["AsyncJittered", "Jittered", "Scheduler", "jittered"]
+
+log = logging.getLogger("smoothclient")
 
 
 class Scheduler:
@@ -65,6 +68,18 @@ class Scheduler:
             return len(self._heap)
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        except Exception as exc:  # the clock raised: its calls fail with that, none left pending
+            log.debug("the scheduler's clock raised: its pending calls fail", exc_info=True)
+            with self._cond:
+                self._closed = True
+                pending, self._heap = self._heap, []
+            for _, _, future, _ in pending:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+
+    def _serve(self) -> None:
         while True:
             with self._cond:
                 while not self._closed and (not self._heap or self._heap[0][0] > self._clock()):

@@ -324,3 +324,22 @@ def test_a_later_call_runs_after_its_delay_when_the_clock_steps_back() -> None:
         assert ran.is_set()
     finally:
         scheduler.shutdown()
+
+
+def test_a_scheduler_whose_clock_raises_fails_its_calls_not_its_thread() -> None:
+    """The clock raised in the scheduler's thread: it died, every pending call never done."""
+    readings = [0]
+
+    def clock() -> float:
+        readings[0] += 1
+        if readings[0] > 1:
+            raise LookupError("the clock is gone")
+        return 0.0
+
+    scheduler = Scheduler(clock=clock)
+    try:
+        future = scheduler.call_at(10.0, lambda: None)
+        with pytest.raises(LookupError, match="the clock is gone"):
+            future.result(timeout=2.0)  # was: never done
+    finally:
+        scheduler.shutdown()
