@@ -33,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from .._validate import function
 from ..engine.decide import ErrorKind
 from ..errors import RateLimited
 from ..hints import FieldAccess, wants_body
@@ -285,6 +286,7 @@ class SmoothMiddleware(Edge):
         if cache is not None and not isinstance(cache, HttpCache):
             msg = f"cache must be an HttpCache, not {type(cache).__name__}"
             raise TypeError(msg)
+        function("sleep", sleep, "awaitable taking seconds")
         self._core = EdgeCore(
             policy, pacer, rng, HEADER_ACCESS, _route, scope, policy_fields, overrides
         )

@@ -675,3 +675,10 @@ def test_without_aiohttp_the_import_says_which_extra() -> None:
         "    print(exc)",
     )
     assert "pip install 'smoothclient[aiohttp]'" in printed
+
+
+def test_a_sleep_that_is_no_function_is_refused_when_made() -> None:
+    """It was taken, and failed at the first wait with "'str' object is not callable"."""
+    sleep: Any = "asyncio.sleep"
+    with pytest.raises(TypeError, match="sleep must be a callable awaitable taking seconds"):
+        SmoothMiddleware(sleep=sleep)
