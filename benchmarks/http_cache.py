@@ -12,10 +12,13 @@ HTTP response caches side by side: smoothclient's HttpCache, hishel and requests
    origin requests per URL per expiry (``requests / (50 * seconds / 5)``: 1.0 is one request
    per URL per ``max-age`` for the whole fleet; a cache per process is 4.0 at best), and the
    peak per 100 ms over the mean.  Ours with memory (a cache per process), SQLite (one file on
-   the host) and Redis (the fleet's); hishel (``rfc=True``) and requests-cache
-   (``cache_control=True``) on SQLite and Redis.
+   the host) and Redis (the fleet's), with early refreshes spaced (``+gap``), and on Redis
+   without the lead (``+nolead``: each revalidation sent by the first reader after its point);
+   hishel (``rfc=True``) and requests-cache (``cache_control=True``) on SQLite and Redis.
 
 Run: python benchmarks/http_cache.py [--quick]   (--quick: 15 s fleets instead of 60 s)
+Other shapes of fleet: ``--urls 200 --max-age 30``, ``--processes 8`` (``--warmup`` seconds
+left out at the start: a fleet reading many URLs takes longer to fill).
 """
 
 from __future__ import annotations
@@ -146,8 +149,12 @@ def smooth_cache(storage: str, redis_url: str, tmp: str) -> Any:
     from smoothclient import HttpCache
 
     where = {"memory": "memory://", "sqlite": f"sqlite://{tmp}/smooth.db", "redis": redis_url}
-    name, _, spaced = storage.partition("+")  # "redis+gap": early refreshes spaced
-    return HttpCache(where[name], refresh_gap=GAP if spaced else None)
+    name, _, variant = storage.partition("+")  # "redis+gap": early refreshes spaced
+    return HttpCache(  # "redis+nolead": each revalidation sent by the first reader after it is due
+        where[name],
+        refresh_gap=GAP if variant == "gap" else None,
+        lead=0.0 if variant == "nolead" else 0.2,
+    )
 
 
 # 1. the cost of a hit
@@ -193,6 +200,7 @@ FLEET_CLIENTS = [
     "smoothclient redis",
     "smoothclient sqlite+gap",
     "smoothclient redis+gap",
+    "smoothclient redis+nolead",
     "hishel sqlite",
     "hishel redis",
     "requests-cache sqlite",
@@ -238,7 +246,7 @@ def fleet(kind: str, redis_url: str, seconds: float) -> list[str]:
     tmp = tempfile.mkdtemp(prefix="smoothclient-bench-")
     log = f"{tmp}/arrivals.log"
     origin = subprocess.Popen(
-        [sys.executable, __file__, "--origin", log], stdout=subprocess.PIPE, text=True
+        [sys.executable, __file__, *_shape(), "--origin", log], stdout=subprocess.PIPE, text=True
     )
     try:
         assert origin.stdout is not None
@@ -252,6 +260,7 @@ def fleet(kind: str, redis_url: str, seconds: float) -> list[str]:
                 [
                     sys.executable,
                     __file__,
+                    *_shape(),
                     "--worker",
                     kind,
                     base,
@@ -299,6 +308,17 @@ def _fleet_row(kind: str, arrivals: list[float], seconds: float) -> list[str]:
     ]
 
 
+def _shape() -> list[str]:
+    """The fleet's shape, for the origin's and the workers' command lines."""
+    return ["--urls", str(URLS), "--max-age", str(MAX_AGE), "--warmup", str(WARMUP)]
+
+
+def _set_shape(urls: int, max_age: int, processes: int, warmup: float) -> None:
+    global URLS, MAX_AGE, PROCESSES, WARMUP, GAP
+    URLS, MAX_AGE, PROCESSES, WARMUP = urls, max_age, processes, warmup
+    GAP = MAX_AGE / URLS / 3
+
+
 def _flush_redis(url: str) -> None:
     import redis
 
@@ -320,7 +340,14 @@ def main() -> None:
         "--only", help="run only the fleet of this name, or those whose name contains this"
     )
     parser.add_argument("--no-hits", action="store_true", help="skip the cost of a hit")
+    parser.add_argument("--urls", type=int, default=URLS, help="URLs the fleet reads (50)")
+    parser.add_argument("--max-age", type=int, default=MAX_AGE, help="their max-age (5)")
+    parser.add_argument("--processes", type=int, default=PROCESSES, help="processes (4)")
+    parser.add_argument(
+        "--warmup", type=float, default=WARMUP, help="seconds not counted at the start (1)"
+    )
     args = parser.parse_args()
+    _set_shape(args.urls, args.max_age, args.processes, args.warmup)
     if args.origin:
         server = _serve(MAX_AGE, args.origin)
         print(f"http://127.0.0.1:{server.server_port}", flush=True)
@@ -332,7 +359,7 @@ def main() -> None:
         return
     from smoothclient.tools.redis_server import RedisServer
 
-    seconds = 15.0 if args.quick else 60.0
+    seconds = (15.0 if args.quick else 60.0) + WARMUP - 1.0
     with RedisServer() as redis_server:
         if not args.no_hits:
             tmp = tempfile.mkdtemp(prefix="smoothclient-bench-")

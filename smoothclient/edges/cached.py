@@ -127,7 +127,8 @@ def cached_send(
     key is not held while it does (others needing the key go to the origin meanwhile, rather
     than wait on a read that may never come); the body is still stored once read to its end.
 
-    ``spawn`` runs a background revalidation (``stale-while-revalidate``).
+    ``spawn`` runs a background revalidation (``stale-while-revalidate``, or one sent at an
+    entry's refresh point: it sleeps until then with ``sleep``).
     """
     lookup = Lookup(cache, method, url, list(headers))
     step = lookup.step()
@@ -136,8 +137,8 @@ def cached_send(
         step = lookup.step()
     if not isinstance(step, Fetch):
 
-        def revalidate(fetch: Fetch) -> None:
-            spawn(lambda: _revalidate(lookup, io, send, fetch))
+        def revalidate(delay: float) -> None:
+            spawn(lambda: _revalidate(lookup, io, send, sleep, delay))
 
         return _from_store(lookup, io, step, revalidate)
     try:
@@ -154,14 +155,14 @@ def cached_send(
 
 
 def _from_store(
-    lookup: Lookup, io: EdgeIO[R], step: Serve | Refuse, revalidate: Callable[[Fetch], None]
+    lookup: Lookup, io: EdgeIO[R], step: Serve | Refuse, revalidate: Callable[[float], None]
 ) -> R:
     """The response from the store (a 504 for ``only-if-cached``), revalidations started."""
     if isinstance(step, Refuse):
         gateway_timeout = refused(lookup)
         return io.build(gateway_timeout, served_record(gateway_timeout, "miss"))
     if step.background:
-        revalidate(lookup.background())
+        revalidate(step.delay)
     return io.build(step.entry, served_record(step.entry, step.label))
 
 
@@ -210,11 +211,21 @@ def _answer(
 
 
 def _revalidate(
-    lookup: Lookup, io: EdgeIO[R], send: Callable[[dict[str, str]], R], fetch: Fetch
+    lookup: Lookup,
+    io: EdgeIO[R],
+    send: Callable[[dict[str, str]], R],
+    sleep: Callable[[float], object],
+    delay: float,
 ) -> None:
-    """A background revalidation: its result stored; a failure leaves the stored copy."""
+    """
+    A background revalidation, sent ``delay`` s from now: its result stored.
+
+    A failure leaves the stored copy.
+    """
     try:
-        response = send(fetch.headers)
+        if delay > 0:
+            sleep(delay)
+        response = send(lookup.background().headers)
         response, fetched, _ = _answer(lookup, io, response, _received(lookup, io, response))
         if fetched:
             io.consume(response)  # read to its end: a Keep stores it
@@ -302,9 +313,9 @@ async def cached_send_async(
         step = await off_loop(cache, lookup.step, lookup.done)
     if not isinstance(step, Fetch):
 
-        def revalidate(fetch: Fetch) -> None:
+        def revalidate(delay: float) -> None:
             async def work() -> None:
-                await _revalidate_async(lookup, io, send, fetch)
+                await _revalidate_async(lookup, io, send, sleep, delay)
 
             spawn(work)
 
@@ -331,15 +342,25 @@ async def _answer_async(lookup: Lookup, io: EdgeIO[R], response: R) -> tuple[R, 
 
 
 async def _revalidate_async(
-    lookup: Lookup, io: EdgeIO[R], send: Callable[[dict[str, str]], Awaitable[R]], fetch: Fetch
+    lookup: Lookup,
+    io: EdgeIO[R],
+    send: Callable[[dict[str, str]], Awaitable[R]],
+    sleep: Callable[[float], Awaitable[object]],
+    delay: float,
 ) -> None:
     try:
+        if delay > 0:
+            await sleep(delay)
+        fetch = lookup.background()
         response, fetched, closed = await _answer_async(lookup, io, await send(fetch.headers))
         await _maybe(closed)
         if fetched:
             await _maybe(io.consume(response))  # read to its end: a Keep stores it
     except Exception:
         _release(lookup)  # (a lookup that ended gives nothing back twice)
+    except BaseException:  # cancelled (the loop closing while it waits): the claim goes back
+        _release(lookup)
+        raise
 
 
 async def _maybe(result: object) -> None:

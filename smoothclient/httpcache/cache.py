@@ -53,16 +53,21 @@ class HttpCache:
             low-discrepancy sequence (shared by the host's or the fleet's caches through
             SQLite or Redis): entries fetched together (a cold start) come due spread out,
             and stay apart.
+        lead: a reader that finds an entry within this fraction of its lifetime (at most
+            ``lock_timeout``) before its refresh point has its revalidation sent at the point
+            itself, in the background (``0 <= lead < 1``; 0: revalidated by the first reader
+            after the point): the origin sees the points as they were spread, not each point
+            plus the wait for its next reader (docs/http-cache.md section 3).
         early_refresh: XFetch's ``beta`` (``None``: off): a caller may revalidate earlier still,
             the likelier the slower the last fetch was.
         stale_while_revalidate: seconds a stale response may be served while it is revalidated
             in the background, when the server allows more (``None``: only the server's).
         stale_if_error: seconds a stale response may stand in for an error or an exception
             (``None``: only the server's and the request's).
-        refresh_gap: early refreshes (of entries still fresh) at least this many seconds apart in
-            the process (memory), the host (SQLite) or the fleet (Redis); ``None`` (default):
-            not spaced.  About ``max-age / URLs / 2`` evens out the origin's load; an entry
-            that expires while waiting its turn is revalidated at once, as any stale entry.
+        refresh_gap: early refreshes sent by a reader after the point (those the lead did not
+            schedule) at least this many seconds apart in the process (memory), the host
+            (SQLite) or the fleet (Redis); ``None`` (default): not spaced.  An entry that
+            expires while waiting its turn is revalidated at once, as any stale entry.
         lock_timeout: the longest a revalidation holds its key (and a caller waits for one).
         clock: wall-clock seconds (default ``time.time``; dates are read against it).
         rng: randomness for the refresh points.
@@ -79,6 +84,7 @@ class HttpCache:
         max_body: int = 2**20,
         jitter: float = 0.1,
         spread: float = 0.9,
+        lead: float = 0.2,
         early_refresh: float | None = None,
         stale_while_revalidate: float | None = None,
         stale_if_error: float | None = None,
@@ -102,6 +108,7 @@ class HttpCache:
         self.max_body = max_body
         self.jitter = fraction("jitter", jitter)
         self.spread = fraction("spread", spread)
+        self.lead = fraction("lead", lead)
         self.early_refresh = optional_seconds("early_refresh", early_refresh)
         self.stale_while_revalidate = optional_seconds(
             "stale_while_revalidate", stale_while_revalidate
@@ -128,6 +135,7 @@ class HttpCache:
             "max_body",
             "jitter",
             "spread",
+            "lead",
             "early_refresh",
             "stale_while_revalidate",
             "stale_if_error",
@@ -150,8 +158,8 @@ class HttpCache:
         """The store and the settings that matter."""
         return (
             f"HttpCache({type(self.store).__name__}, max_body={self.max_body}, "
-            f"jitter={self.jitter}, spread={self.spread}, refresh_gap={self.refresh_gap}, "
-            f"swr={self.stale_while_revalidate}, "
+            f"jitter={self.jitter}, spread={self.spread}, lead={self.lead}, "
+            f"refresh_gap={self.refresh_gap}, swr={self.stale_while_revalidate}, "
             f"sie={self.stale_if_error})"
         )
 
@@ -318,6 +326,21 @@ class HttpCache:
             else:
                 u = (int(n) * _GOLDEN) % 1.0
         return _at_phase(lifetime, self.spread * lifetime, born, u)
+
+    def ahead(self, entry: Entry, now: float) -> float | None:
+        """
+        Seconds until a fresh ``entry``'s refresh point, if within its lead (else ``None``).
+
+        A reader that sees it then has its revalidation sent at the point itself, in the
+        background: the origin sees the points as they were spread, not each point plus the
+        wait for its next reader.  The lead is at most ``lock_timeout`` (the key stays claimed
+        until the point, and a background job waits for it), and at most half the way to the
+        point: a response read again just after it was fetched schedules nothing (it may
+        never be read again).
+        """
+        lead = min(self.lead * entry.lifetime, self.lock_timeout, entry.refresh / 2)
+        left = entry.born + entry.refresh - now
+        return left if 0.0 < left <= lead else None
 
     def due(self, entry: Entry, now: float) -> bool:
         """Whether a fresh ``entry`` is due for revalidation: its refresh point, or XFetch."""

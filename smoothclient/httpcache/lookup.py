@@ -81,11 +81,12 @@ _DONE = threading.Lock()
 
 @dataclass(frozen=True, slots=True)
 class Serve:
-    """Answer with ``entry``; ``background``: revalidate it too (the lookup holds the claim)."""
+    """Answer with ``entry``; ``background``: revalidate it too, ``delay`` seconds from now."""
 
     entry: Entry
     label: CacheLabel
     background: bool = False
+    delay: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +194,9 @@ class Lookup:
                     return self._fetch(entry)
                 if not self.ranged and cache.due(entry, now) and self._early():
                     return self._fetch(entry)  # early: still fresh, so it stands in on failure
+                ahead = None if self.ranged or self.conditional else cache.ahead(entry, now)
+                if ahead is not None and self._early(ahead):  # sent at its point, not later
+                    return self._serve(entry, "hit", True, ahead)
             return self._serve(entry, "hit")
         if rules.only_if_cached:
             return Refuse()
@@ -204,7 +208,7 @@ class Lookup:
             return self._fetch(entry)
         swr = not entry.strict and fresh.age(now) - entry.lifetime <= entry.swr
         if self._claim():
-            return self._serve(entry, "stale", background=True) if swr else self._fetch(entry)
+            return self._serve(entry, "stale", True) if swr else self._fetch(entry)
         if swr:
             return self._serve(entry, "stale")
         return self._wait()
@@ -230,23 +234,29 @@ class Lookup:
             return None  # stored for another variant: this request is a miss
         return found
 
-    def _early(self) -> bool:
+    def _early(self, ahead: float = 0.0) -> bool:
         """
-        Claim the key for an early refresh, in the cache's turn of early refreshes if spaced.
+        Claim the key for an early refresh (sent ``ahead`` s from now), in its turn if spaced.
 
-        With ``refresh_gap``, an early refresh first takes the one slot of the process (memory),
+        With ``refresh_gap``, one sent now first takes the one slot of the process (memory),
         host (SQLite) or fleet (Redis) that lapses ``refresh_gap`` seconds later: while taken,
         due entries are served as the hits they still are, and come due again on the next read.
+        Claimed, the entry is read again: not revalidated twice if another caller just did.
         """
-        gap = self.cache.refresh_gap
-        if gap is not None and not self.cache.claim(EARLY_SLOT, gap):
+        gap, was = self.cache.refresh_gap, self.entry
+        if gap is not None and not ahead and not self.cache.claim(EARLY_SLOT, gap):
             return False
-        return self._claim()
+        if not self._claim(self.cache.lock_timeout + ahead) or was is None:
+            return self.claimed
+        now = self.cache.get(self.slot)
+        if now is not None and (now.born, now.refresh) != (was.born, was.refresh):
+            self.done()
+        return self.claimed
 
-    def _claim(self) -> bool:
+    def _claim(self, ttl: float | None = None) -> bool:
         if self.claimed:
             return True
-        self.claimed = self.cache.claim(self.slot)
+        self.claimed = self.cache.claim(self.slot, ttl)
         if self.claimed:
             self._claimed_key = self.slot
         return self.claimed
@@ -268,9 +278,9 @@ class Lookup:
             return None
         return not_modified(entry.headers, self.headers)
 
-    def _serve(self, entry: Entry, label: CacheLabel, *, background: bool = False) -> Serve:
+    def _serve(self, entry: Entry, label: CacheLabel, bg: bool = False, delay: float = 0) -> Serve:
         self._count(label)
-        return Serve(self._shaped(entry, self.cache.clock()), label, background)
+        return Serve(self._shaped(entry, self.cache.clock()), label, bg, delay)
 
     def _shaped(self, entry: Entry, now: float) -> Entry:
         """

@@ -134,7 +134,7 @@ def test_a_due_entry_is_revalidated_once_with_validators_and_a_304_refreshes_it(
             return Resp(304, [("ETag", '"v1"'), ("Cache-Control", "max-age=100"), ("X-New", "1")])
         return Resp(200, [("ETag", '"v1"'), ("Cache-Control", "max-age=100")], b"body")
 
-    c = client(wall, origin)
+    c = client(wall, origin, lead=0.0)  # no lead: the first reader after the point revalidates
     c.get()
     entry = c.entry()
     assert entry is not None
