@@ -14,6 +14,7 @@ import math
 from ..engine.decide import CohortView
 from .crowd import asks_again
 from .outage import failing_share, taken
+from .resets import due as reset_due
 from .state import (
     EARLY_MAX,
     EARLY_MISSES,
@@ -180,8 +181,9 @@ def _yields(
         # 110-150 ms.  In memory an ask costs microseconds, and asking often catches a slot
         # a raised rate frees
         turn = at + behind * o.pace.interval
-        if o.reset_at is not None and o.reset_at > now:
-            turn = min(turn, o.reset_at)
+        reset = reset_due(o)
+        if reset is not None and reset > now:
+            turn = min(turn, reset)
         again = min(HORIZON / 2, max(again, (turn - now) / 2))
     if now + again > due:
         return None
@@ -291,8 +293,8 @@ def _slot(o: OriginState, at: float) -> float | None:
         return o.pace.earliest(at)
     if o.reset_probe is not None and at < o.reset_probe + PROBE_WAIT:
         return None  # another request probes the reset
-    reset = o.reset_at
-    if reset is None:
+    reset, due = o.reset_at, reset_due(o)  # (due: no later than a measured window lasts)
+    if reset is None or due is None:
         return at
     if (
         (o.kind == "window" or closed)
@@ -305,9 +307,11 @@ def _slot(o: OriginState, at: float) -> float | None:
         # early before the stated reset as the last one that got through; a little later
         # after a miss, and none after a few misses in a row.
         if o.early_lead is None:
-            return max(at, reset - min(EARLY_MAX, (reset - o.exhausted[0]) / 2))
-        return max(at, o.exhausted[0], reset - min(EARLY_MAX, o.early_lead))
-    return max(at, reset)
+            early = reset - min(EARLY_MAX, (reset - o.exhausted[0]) / 2)
+        else:
+            early = max(o.exhausted[0], reset - min(EARLY_MAX, o.early_lead))
+        return max(at, min(early, due))
+    return max(at, due)
 
 
 def _take(o: OriginState, at: float) -> None:

@@ -493,6 +493,10 @@ def _quota(
     owed = throttled and _owed(o, hints, sent_at)  # before the ledger moves the spent period
     overtaken = _overtaken(o, hints.remaining, sent_at, counted)
     new_window = resets.new_window(o, hints.remaining, hints.reset_after, now, sent_at)
+    first = o.reset_at is None  # the first report: the first window seen begins
+    resets.rolled(
+        o, hints.remaining, hints.limit, now, sent_at, fresh=new_window or first, through=through
+    )
     _ledger(
         o,
         hints.remaining,

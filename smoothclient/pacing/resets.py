@@ -12,7 +12,18 @@ from ..hints.model import Hints
 from .controller import SKEW
 from .state import EARLY_MAX, EARLY_MISSES, OriginState
 
-__all__ = ["early_answered", "grain", "new_window", "stated_reset"]
+__all__ = [
+    "REFUTED",
+    "due",
+    "early_answered",
+    "grain",
+    "new_window",
+    "rolled",
+    "stated_reset",
+]
+
+#: ``window_hi`` of a limiter whose windows do not begin at their first request.
+REFUTED = -1.0
 
 
 def early_answered(
@@ -49,7 +60,7 @@ def grain(reset_after: float) -> float:
     deltas) is rounded, up or down by the server's choice: stated from anywhere in a window,
     "1 s" puts the reset anywhere in the next second, a little later at each answer.
     """
-    return 1.0 if reset_after >= 1 and reset_after.is_integer() else 0.0
+    return 1.0 if reset_after >= 1 and reset_after % 1 == 0 else 0.0
 
 
 def new_window(
@@ -81,20 +92,80 @@ def new_window(
     return told is not None and sent_at is not None and sent_at >= told[1] and remaining > told[0]
 
 
-def stated_reset(reset_at: float | None, reset_after: float, now: float, *, fresh: bool) -> float:
+def stated_reset(kept: float | None, reset_after: float, now: float, *, fresh: bool) -> float:
     """
-    The reset the model keeps after an answer stating ``reset_after``.
+    The reset the model keeps, ``kept`` until now, after an answer stating ``reset_after``.
 
     The latest statement, unless it is coarse (:func:`grain`) and of the same window (not
-    ``fresh``): then
-    the earliest the window's answers stated.  Rounded up, that is the tightest bound on the
-    true reset (the answer that came just after a whole second passed states it within a
-    round trip); rounded down, every statement is early, and the ledger's probes find out.
+    ``fresh``): then the earliest the window's answers stated.  Rounded up, that is the
+    tightest bound on the true reset (the answer that came just after a whole second passed
+    states it within a round trip); rounded down, every statement is early, and the ledger's
+    probes find out.
     """
     stated = now + reset_after
-    if fresh or reset_at is None or not grain(reset_after):
+    if fresh or kept is None or not grain(reset_after):
         return stated
-    return min(reset_at, stated)
+    return min(kept, stated)
+
+
+def due(o: OriginState) -> float | None:
+    """
+    When the quota resets, as the model's waits take it: the kept reset, or earlier.
+
+    No later than a window that begins at its first request lasts (:func:`rolled`) from the
+    current window's first answer.  (The kept reset itself stays what the server stated, for
+    :func:`new_window` to tell a new window by.)
+    """
+    reset, hi, began = o.reset_at, o.window_hi, o.window_began
+    if reset is None or hi is None or hi <= 0 or began is None:
+        return reset
+    return min(reset, began + hi)
+
+
+def rolled(
+    o: OriginState,
+    remaining: float,
+    limit: float | None,
+    now: float,
+    sent_at: float | None,
+    *,
+    fresh: bool,
+    through: bool,
+) -> None:
+    """
+    Measure how long a window that begins at its first request lasts, or refute that it does.
+
+    express-rate-limit's default store, and many limiters keyed per client, begin a window at
+    the first request after the last one ended.  Its reset stated as a whole epoch second
+    (``X-RateLimit-Reset``) is up to a second late, by how the window's start falls between
+    whole seconds, differently in each window: early probes that learned one window's
+    lateness missed in the next, and a client that opened each window at the stated reset
+    stayed a second late in every one (every other window of one second lost, 1.8x).  Such a
+    window is not longer than from the send of the request that found it whole (it began
+    that window) to the answer of a request that found the next one whole past a spent quota;
+    so the next reset is no later than that span after the next window's first answer
+    (:func:`due`).  A request sent after that bound and still refused in the same
+    window refutes it: the limiter keeps its windows some other way (aligned to the clock,
+    say), and the stated reset is read alone from then on.
+    """
+    hi = o.window_hi
+    if fresh:
+        opened = o.opened_sent
+        whole = limit is not None and sent_at is not None and remaining >= limit - 1
+        spent = o.exhausted is not None  # (before the ledger ends the spent period)
+        if opened is not None and through and whole and spent and hi != REFUTED:
+            o.window_hi = now - opened if hi is None else min(hi, now - opened)
+        o.window_began = now
+        o.opened_sent = sent_at if whole else None
+    elif (
+        not through
+        and hi is not None
+        and hi > 0
+        and o.window_began is not None
+        and sent_at is not None
+        and sent_at >= o.window_began + hi + SKEW
+    ):
+        o.window_hi = REFUTED
 
 
 def late(o: OriginState, hints: Hints, now: float, sent_at: float) -> float:

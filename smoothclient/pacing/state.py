@@ -216,6 +216,12 @@ class OriginState:
     # takes the next (0: none said; -1: tried once when the misses ran out)
     early_floor: float = 0.0
     early_sent: tuple[float, float] | None = None  # an early probe: when, and the reset then
+    # a window that begins at its first request (see resets.rolled): the longest one lasted
+    # (-1: the limiter keeps no such windows), when the current one's first answer came, and
+    # when the request that found it whole went
+    window_hi: float | None = None
+    window_began: float | None = None
+    opened_sent: float | None = None
     # a throttled answer said the quota is spent: nothing goes into it before this stated
     # reset but one probe at most EARLY_MAX before it (see _slot)
     closed: float | None = None

@@ -10,6 +10,7 @@ one process, 0.66 extra 429s a call for a fleet of six sharing nothing).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -17,6 +18,7 @@ import pytest
 import trio
 
 from smoothclient import Hints, Pacer
+from smoothclient.pacing import resets
 from smoothclient.pacing import state as st
 from smoothclient.pacing.store import KeyTracker, MemoryCell
 from smoothclient.tools.limiters import FixedWindow, MovingWindow, run_herd
@@ -148,3 +150,80 @@ def test_a_window_stating_whole_seconds_is_drained_near_the_ideal(
     assert all(r.failed == 0 for r in results)
     assert statistics.median(r.ratio for r in results) <= bound
     assert statistics.median(r.extra_429s_per_call for r in results) <= extra
+
+
+def test_a_window_that_begins_at_its_first_request_bounds_the_next_reset() -> None:
+    """Measured from the send that found it whole to the next window's first answer."""
+    p = Pacer(probe=0)
+    t = p.track(ORIGIN)
+    stated = Hints(remaining=9, limit=10, reset_after=1.9)  # an epoch rounded up: 0.9 s late
+    t.acquire(0.0)
+    t.sent()
+    t.observe(200, stated, 0.01, sent_at=0.0)  # the first window begins with this request
+    t.acquire(0.02)
+    t.sent()
+    t.observe(429, Hints(remaining=0, limit=10, reset_after=1.87), 0.03, sent_at=0.02)
+    o = _state(p)
+    assert o.exhausted is not None
+    assert o.window_hi is None
+    t.acquire(1.05)
+    t.sent()
+    t.observe(200, Hints(remaining=9, limit=10, reset_after=1.94), 1.06, sent_at=1.05)
+    assert o.window_hi == pytest.approx(1.06)  # from its send at 0.0 to this answer
+    assert o.window_began == pytest.approx(1.06)
+    assert o.reset_at == pytest.approx(3.0)  # the stated reset is kept as stated
+    assert resets.due(o) == pytest.approx(2.12)  # but nothing waits past the bound
+    # spent again: the next probe goes at the bound, not at the stated reset
+    t.acquire(1.07)
+    t.sent()
+    t.observe(429, Hints(remaining=0, limit=10, reset_after=1.92), 1.08, sent_at=1.07)
+    assert t.acquire(1.5).delay <= 2.12 - 1.5 + 1e-9
+
+
+def test_a_refusal_after_the_bound_refutes_it() -> None:
+    """A limiter whose windows do not begin at their first request: the stated reset alone."""
+    p = Pacer(probe=0)
+    t = p.track(ORIGIN)
+    o = _state(p)
+    o.reset_at, o.window_hi, o.window_began = 3.0, 1.0, 1.0
+    o.ledger_set = (0.0, 1.0)
+    assert resets.due(o) == pytest.approx(2.0)
+    t.acquire(2.1)
+    t.sent()
+    t.observe(429, Hints(remaining=0, limit=10, reset_after=0.89), 2.11, sent_at=2.1)
+    assert o.window_hi == resets.REFUTED
+    assert resets.due(o) == o.reset_at
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.4, 0.8])
+def test_an_epoch_reset_rounded_up_does_not_lock_a_client_out_of_every_other_window(
+    phase: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    ``X-RateLimit-Reset`` in whole epoch seconds, a window that begins at its first request.
+
+    Opened at the stated reset, each window's true reset fell just after a whole second, was
+    stated a second late, and the client lost every other window (1.84x at some phases).
+    """
+    base = math.floor(time.time()) + phase
+
+    def wall() -> float:
+        try:
+            return base + trio.current_time()
+        except RuntimeError:
+            return base
+
+    monkeypatch.setattr(time, "time", wall)
+    result = run_herd(FixedWindow(10, 1.0), "github", 60, stagger=0.01, spread=0.002)
+    assert result.failed == 0
+    assert result.ratio <= 1.35
+    assert result.extra_429s_per_call <= 0.05
+
+
+@pytest.mark.parametrize(
+    ("reset_after", "grain"),
+    [(1, 1.0), (60.0, 1.0), (1.5, 0.0), (0.0, 0.0), (0.999, 0.0), (math.inf, 0.0)],
+)
+def test_the_grain_of_a_stated_reset(reset_after: float, grain: float) -> None:
+    """Whole seconds (an int too) are coarse; fractions, zero and infinity are not."""
+    assert resets.grain(reset_after) == grain
