@@ -242,3 +242,38 @@ def test_cancelled_on_a_redis_pacer_while_waiting_and_mid_attempt(redis_url: str
 
     assert asyncio.run(main()) == [((0, 0), 200), ((0, 0), 200)]
     assert during == [(0, 1)]
+
+
+def test_a_caller_waiting_on_a_cancelled_callers_fill_goes_on() -> None:
+    """
+    Two calls of one URL through one HTTP cache: the second waits for the first's answer to
+    be stored; the first is cancelled mid-attempt: the second is answered all the same, and
+    nothing stays counted or held.
+    """
+    server = Server([(200, {"Cache-Control": "max-age=60"})], hold_from=1)
+
+    async def main() -> tuple[Pacer, list[int]]:
+        pacer = Pacer(clock=FakeClock(1000.0))
+        edge = SmoothMiddleware(policy=POLICY, pacer=pacer, cache=HttpCache(lock_timeout=5.0))
+        async with (
+            serving(server) as url,
+            aiohttp.ClientSession(
+                middlewares=(edge,), connector=aiohttp.TCPConnector(limit=2)
+            ) as session,
+        ):
+            first = asyncio.create_task(get(session, url))
+            await asyncio.wait_for(server.arrived.wait(), 2.0)
+            second = asyncio.create_task(get(session, url))
+            await asyncio.sleep(0.05)  # the second waits on the first's fill
+            first.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await first
+            server.hold_from = None
+            server.release.set()
+            async with asyncio.timeout(2.0):
+                statuses = [await second, await get(session, url)]
+        return pacer, statuses
+
+    pacer, statuses = asyncio.run(main())
+    assert statuses == [200, 200]
+    assert counts(pacer) == (0, 0)
