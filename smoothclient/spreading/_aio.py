@@ -63,7 +63,8 @@ def refuse_generators(fn: object, what: str, instead: str) -> Kind:
     kind = kind_of(fn)
     if kind in ("generator", "async generator"):
         msg = (
-            f"{what} must not be a {kind} function (calling it runs none of its body): "
+            f"{what} must not be {'an' if kind[0] == 'a' else 'a'} {kind} function (calling it "
+            "runs none of its body): "
             f"give {instead}"
         )
         raise TypeError(msg)

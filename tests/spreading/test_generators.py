@@ -156,3 +156,22 @@ def test_the_reconcilers_sync_tick_refuses_an_async_generators_work() -> None:
     with pytest.raises(TypeError, match="run_async"):
         reconciler.tick()
     assert reconciler.in_flight == set()
+
+
+def test_stacked_decorators_see_the_async_generator_beneath(no_time_sleep: None) -> None:
+    """@jittered and @paced stack on one (awaiting); cached, @retry and spread refuse it."""
+
+    def items(wrapped: Any) -> list[int]:
+        async def main() -> list[int]:
+            return [item async for item in wrapped(3)]
+
+        return asyncio.run(main())
+
+    assert items(jittered(0.001)(paced(1000.0)(agen))) == [0, 1, 2]
+    assert items(paced(1000.0)(jittered(0.001)(agen))) == [0, 1, 2]
+    with pytest.raises(TypeError, match="generator"):
+        cached(JitteredTTLCache(4, 4))(jittered(0.001)(agen))
+    with pytest.raises(TypeError, match="generator"):
+        retry()(paced(1000.0)(agen))
+    with pytest.raises(TypeError, match="must not be an async generator function"):
+        spread(jittered(0.001)(agen), [1], window=0)
