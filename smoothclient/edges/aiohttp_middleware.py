@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import inspect
 import operator
 import random
 from collections.abc import Awaitable, Callable
@@ -287,6 +288,9 @@ class SmoothMiddleware(Edge):
             msg = f"cache must be an HttpCache, not {type(cache).__name__}"
             raise TypeError(msg)
         function("sleep", sleep, "awaitable taking seconds")
+        if inspect.isbuiltin(sleep):  # time.sleep: it would stall the loop, then fail to await
+            msg = f"sleep must be an async sleep (asyncio.sleep's kind), not {sleep!r}"
+            raise TypeError(msg)
         self._core = EdgeCore(
             policy, pacer, rng, HEADER_ACCESS, _route, scope, policy_fields, overrides
         )

@@ -5,17 +5,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import sys
 import threading
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, Literal
 
 #: The async runners sleep in steps of at most this, so their ``stop()`` is seen within it.
 STOP_POLL = 1.0
 
+log = logging.getLogger("smoothclient")
+
 __all__ = [
     "STOP_POLL",
     "async_sleep",
+    "event_loop_sleep",
     "iterate_after",
     "kind_of",
     "refuse_generators",
@@ -83,6 +88,33 @@ async def async_sleep(seconds: float) -> None:
             await trio.sleep(seconds)
             return
     await asyncio.sleep(seconds)
+
+
+def event_loop_sleep(sleep: Callable[[float], Any] | None) -> Callable[[float], Awaitable[None]]:
+    """
+    The sleep of an async function: ``sleep`` (awaited), or :func:`async_sleep` when ``None``.
+
+    ``time.sleep`` (any builtin) is refused with ``TypeError``: it would stall the event loop,
+    then fail at its ``await``.  Another function that gives nothing to await is let be (it
+    slept, blocking: logged at debug).
+    """
+    if sleep is None:
+        return async_sleep
+    if sleep is time.sleep or inspect.isbuiltin(sleep):
+        msg = (
+            f"sleep must be an async sleep (an async def taking seconds) for an async function, "
+            f"not {getattr(sleep, '__qualname__', sleep)!r}: it would stall the event loop"
+        )
+        raise TypeError(msg)
+
+    async def pause(seconds: float) -> None:
+        paused = sleep(seconds)
+        if inspect.isawaitable(paused):
+            await paused
+        else:
+            log.debug("the sleep of an async function gave nothing to await (it blocked)")
+
+    return pause
 
 
 async def sleep_unless(stop: threading.Event, seconds: float) -> None:

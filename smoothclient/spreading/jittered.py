@@ -16,7 +16,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 import wrapt
 
 from .._validate import forward, function, positive_int, seconds
-from ._aio import async_sleep, iterate_after, kind_of
+from ._aio import async_sleep, event_loop_sleep, iterate_after, kind_of
 
 P = ParamSpec("P")
 R_co = TypeVar("R_co", covariant=True)
@@ -237,18 +237,19 @@ def jittered(
 
     def decorate(fn: Callable[..., Any]) -> Any:
         kind = kind_of(fn)
-        if kind == "async generator":
+        pause = event_loop_sleep(sleep) if kind in ("async generator", "coroutine") else None
+        if pause is not None and kind == "async generator":
 
             def agen_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-                return iterate_after(
-                    lambda: (sleep or async_sleep)(draw()), wrapped(*args, **kwargs)
-                )
+                assert pause is not None
+                return iterate_after(lambda: pause(draw()), wrapped(*args, **kwargs))
 
             wrapper: Callable[..., Any] = agen_wrapper
-        elif kind == "coroutine":
+        elif pause is not None:
 
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-                await (sleep or async_sleep)(draw())
+                assert pause is not None
+                await pause(draw())
                 return await wrapped(*args, **kwargs)
 
             wrapper = async_wrapper

@@ -19,7 +19,7 @@ from ..pacing.keys import LruMap
 from ..pacing.state import OriginState
 from ..pacing.steps import in_thread, on_asyncio, run_async
 from ..pacing.store import Tracker, stepwise
-from ._aio import async_sleep, iterate_after, kind_of
+from ._aio import event_loop_sleep, iterate_after, kind_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -196,16 +196,18 @@ def _wrap(
     sleep: Callable[[float], Any] | None,
 ) -> F:
     """``fn`` waiting for a token of its bucket before each call."""
+    kind = kind_of(fn)
+    pause = event_loop_sleep(sleep) if kind in ("async generator", "coroutine") else None
 
     async def token(args: Any, kwargs: Any) -> None:
         """Wait for a token on the event loop."""
         now = clock()
         wait = await bucket_for(args, kwargs).reserve_async(now, block=block)
         if wait > 0:
-            await (sleep or async_sleep)(wait)
+            assert pause is not None
+            await pause(wait)
             waited(clock, now, wait)
 
-    kind = kind_of(fn)
     if kind == "async generator":  # the wait comes before the first item
 
         @wrapt.decorator

@@ -33,7 +33,7 @@ from ..events import CallEnded, RecordBuilder
 from ..hints.model import Hints
 from ..pacing.budget import BudgetCounts
 from ..policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
-from ._aio import async_sleep, kind_of
+from ._aio import async_sleep, event_loop_sleep, kind_of
 
 __all__ = ["Attempt", "RetryContext", "is_transient", "retry", "retry_context", "transient_errors"]
 
@@ -345,7 +345,7 @@ def retry(
             return result
 
         if kind_of(fn) == "coroutine":
-            pause = sleep or async_sleep
+            pause = event_loop_sleep(sleep)
 
             @wrapt.decorator
             async def async_wrapper(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

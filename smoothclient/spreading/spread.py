@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from .._validate import forward, function, positive_int, seconds, waited
-from ._aio import async_sleep, refuse_generators
+from ._aio import event_loop_sleep, refuse_generators
 from .offsets import even_offsets, offset_for
 
 log = logging.getLogger("smoothclient.schedule")
@@ -177,7 +177,7 @@ def spread(
     function("sleep", sleep, "taking seconds", optional=True)
     function("progress", progress, "taking (done, total)", optional=True)
     if kind == "coroutine":
-        return _aspread(fn, todo, offsets, workers, progress, clock, sleep or async_sleep)
+        return _aspread(fn, todo, offsets, workers, progress, clock, event_loop_sleep(sleep))
     if sleep is None:  # real time: a cancel wakes the wait at once, not at the next start
         sleep = time.sleep if cancel is None else cancel.wait
     return _spread_threads(fn, todo, offsets, workers, progress, cancel, clock, sleep)

@@ -15,6 +15,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -682,3 +683,6 @@ def test_a_sleep_that_is_no_function_is_refused_when_made() -> None:
     sleep: Any = "asyncio.sleep"
     with pytest.raises(TypeError, match="sleep must be a callable awaitable taking seconds"):
         SmoothMiddleware(sleep=sleep)
+    blocking: Any = time.sleep  # it stalled the loop, then failed to be awaited
+    with pytest.raises(TypeError, match="sleep must be an async sleep"):
+        SmoothMiddleware(sleep=blocking)

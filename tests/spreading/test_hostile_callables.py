@@ -10,6 +10,8 @@ was a string lost its thread at the first ``later()``, its futures never done.  
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -72,3 +74,40 @@ def test_a_scheduler_is_never_left_without_its_thread() -> None:
     """Its clock a string: refused when made (it was: the thread died, ``later()`` never ran)."""
     with pytest.raises(TypeError, match="clock must be a callable returning seconds"):
         Scheduler(clock=TEXT)
+
+
+async def _job(item: int = 0) -> int:
+    return item
+
+
+BLOCKING: dict[str, Callable[[Callable[..., Any]], object]] = {
+    "jittered": lambda sleep: jittered(0.1, sleep=sleep)(_job),
+    "paced": lambda sleep: paced(1, sleep=sleep)(_job),
+    "retry": lambda sleep: retry(sleep=sleep)(_job),
+    "spread": lambda sleep: spread(_job, [1], window=1, sleep=sleep),
+}
+
+
+@pytest.mark.parametrize("helper", sorted(BLOCKING))
+def test_time_sleep_for_an_async_function_is_refused(helper: str) -> None:
+    """It stalled the event loop, then failed: "object NoneType can't be used in 'await'"."""
+    with pytest.raises(TypeError, match="must be an async sleep"):
+        BLOCKING[helper](time.sleep)
+
+
+@pytest.mark.parametrize("helper", ["jittered", "paced", "retry"])
+def test_a_sync_sleep_of_an_async_function_is_let_be(helper: str) -> None:
+    """A plain function giving nothing to await: the call goes on (it crashed at the await)."""
+    slept: list[float] = []
+
+    def record(seconds: float) -> None:
+        slept.append(seconds)
+
+    wrapped: Any = BLOCKING[helper](record)
+
+    async def main() -> list[int]:
+        return [await wrapped(n) for n in range(3)]
+
+    assert asyncio.run(main()) == [0, 1, 2]
+    if helper != "retry":  # (nothing to retry: no wait)
+        assert slept
