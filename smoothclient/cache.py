@@ -31,7 +31,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, cast
 import cachetools
 from cachetools.keys import hashkey
 
-from ._validate import forward, fraction, function, optional_seconds, seconds
+from ._validate import flag, forward, fraction, function, optional_seconds, seconds
 from .spreading._aio import kind_of
 from .window import jittered_lifetime, xfetch_due
 
@@ -99,6 +99,10 @@ class JitteredTTLCache(cachetools.TLRUCache[K, V, float]):
         rng: random.Random | None = None,
     ) -> None:
         """Create an empty cache."""
+        number = isinstance(maxsize, int | float) and not isinstance(maxsize, bool)
+        if not (number and maxsize >= 0):  # (NaN too: a cache that never evicts)
+            msg = f"maxsize must be a number >= 0 (entries, or a total size), got {maxsize!r:.40}"
+            raise (ValueError if number else TypeError)(msg)
         self.ttl = seconds("ttl", ttl, allow_zero=False)
         self.jitter = fraction("jitter", jitter)
         self._rng = rng or random.Random()
@@ -509,6 +513,13 @@ def cached(
         msg = f"cache must be a cachetools cache or another mutable mapping, not {cache!r}"
         raise TypeError(msg)
     function("key", key, "of the arguments")
+    if lock is not None and not (hasattr(lock, "__enter__") and hasattr(lock, "__exit__")):
+        msg = f"lock must be a lock (a context manager, as threading.RLock()), not {lock!r:.40}"
+        raise TypeError(msg)
+    if rng is not None and not isinstance(rng, random.Random):
+        msg = f"rng must be a random.Random (or None), not {type(rng).__name__}"
+        raise TypeError(msg)
+    info = flag("info", info)
     beta = optional_seconds("early_refresh", early_refresh)
     swr = optional_seconds("stale_while_revalidate", stale_while_revalidate)
     sie = optional_seconds("stale_if_error", stale_if_error)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import pickle
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import cachetools
 import pytest
@@ -544,3 +545,27 @@ def test_a_generator_function_is_refused(asynchronous: bool) -> None:
 
         with pytest.raises(TypeError, match=r"generator function.*list or tuple"):
             decorate(gen)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: JitteredTTLCache(math.nan, 60), ValueError, "maxsize must be a number >= 0"),
+        (lambda: JitteredTTLCache("8", 60), TypeError, "maxsize must be a number >= 0"),  # type: ignore[arg-type]
+        (lambda: JitteredTTLCache(True, 60), TypeError, "maxsize must be a number >= 0"),
+        (lambda: cached(JitteredTTLCache(8, 60), lock=3), TypeError, "lock must be a lock"),
+        (lambda: cached(JitteredTTLCache(8, 60), rng="x"), TypeError, "rng must be"),  # type: ignore[arg-type]
+        (lambda: cached(JitteredTTLCache(8, 60), info="yes"), TypeError, "info must be"),  # type: ignore[arg-type]
+    ],
+    ids=["maxsize-nan", "maxsize-text", "maxsize-bool", "lock", "rng", "info"],
+)
+def test_bad_arguments_are_refused_when_made(
+    make: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    """
+    A NaN maxsize made a cache that never evicts (unbounded); a text one failed at the first
+    store; a lock that is no lock at the first call; an rng that is none at the first early
+    refresh; info="yes" passed as True.  Each is refused when made, saying what is allowed.
+    """
+    with pytest.raises(error, match=match):
+        make()
