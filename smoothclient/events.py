@@ -225,15 +225,24 @@ class RecordBuilder:
 
 def first_attempt_record(status: int | None = None) -> dict[str, Any]:
     """The record of a call whose first attempt ended it (a fresh dict each time)."""
-    return {
-        "attempts": 1,
-        "waits": [],
-        "total_wait": 0.0,
-        "reasons": [],
-        "gave_up": None,
-        "status": status,
-        "retries": [],
-        "pacer_waits": [],
-        "held_for_outage": 0.0,
-        "gave_up_kind": None,
-    }
+    # copied from a template (a dict copies its table at once, on every healthy request);
+    # the lists are fresh: a caller may change its record's, never another's
+    record = _FIRST.copy()
+    record["waits"], record["reasons"], record["retries"], record["pacer_waits"] = [], [], [], []
+    record["status"] = status
+    return record
+
+
+#: :func:`first_attempt_record`'s keys in their order, with the values shared by every one.
+_FIRST: dict[str, Any] = {
+    "attempts": 1,
+    "waits": None,
+    "total_wait": 0.0,
+    "reasons": None,
+    "gave_up": None,
+    "status": None,
+    "retries": None,
+    "pacer_waits": None,
+    "held_for_outage": 0.0,
+    "gave_up_kind": None,
+}

@@ -182,24 +182,25 @@ class EdgeCore:
         core.lane = FastLane(self.pacer, policy, self._access, self.bind)
         return core
 
-    def _started(self, began: float | None = None) -> tuple[float, float | None]:
+    def _started(self, began: float | None = None) -> tuple[float, float, float | None]:
         """
-        When the call began, and its deadline (it counts the first attempt too).
+        Now, when the call began, and its deadline (it counts the first attempt too).
 
         ``began``: earlier than now when this call goes on one that began before (the next hop
-        of a redirect chain): the deadline is the whole chain's.
+        of a redirect chain): the deadline is the whole chain's.  Now is the fast lane's time
+        too (one clock reading: nothing but looking at the origin's state comes between).
         """
         now = self.pacer.clock()
         started = now if began is None else min(now, began)
         timeout = self.policy.timeout
-        return started, None if timeout is None else started + timeout
+        return now, started, None if timeout is None else started + timeout
 
     def _within(
         self, send: Callable[[A, float | None], T], deadline: float | None
     ) -> Callable[[A], T]:
         """``send`` told, at each attempt, what is left of ``deadline``."""
         clock = self.pacer.clock
-        return lambda request: send(request, left_of(deadline, clock))
+        return lambda request: send(request, left_of(deadline, clock()))
 
     def flow(
         self,
@@ -258,10 +259,10 @@ class EdgeCore:
         deadline (``None``: none), which the attempt's own timeouts must not exceed.
         ``began``: when the logical call began, if before now (a redirect chain's next hop).
         """
-        started, deadline = self._started(began)
+        now, started, deadline = self._started(began)
         try:
             response, first, record, lane, tracker = first_try(
-                self.lane, origin, send, request, deadline, failure_of, reply_of
+                self.lane, origin, send, request, deadline, failure_of, reply_of, now
             )
             if record is not None and response is not None:  # ended on the fast lane
                 return self._ended(origin, response, record)
@@ -294,7 +295,7 @@ class EdgeCore:
         began: float | None = None,
     ) -> tuple[R, dict[str, Any]]:
         """Async twin of :meth:`call`."""
-        started, deadline = self._started(began)
+        _, started, deadline = self._started(began)
         offload = self.offload
         on_loop = offload is not None and on_asyncio()
         if on_loop:

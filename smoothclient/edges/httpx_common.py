@@ -74,8 +74,8 @@ S = TypeVar("S", bound=_Sends)
 A = TypeVar("A", bound=_SendsAsync)
 
 
-def _names(headers: Any) -> list[bytes]:
-    return list(map(_SECOND, headers._list))
+def _names(headers: Any) -> Iterable[bytes]:
+    return map(_SECOND, headers._list)  # an iterator: a scan passes over it once, no list made
 
 
 def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
@@ -84,6 +84,16 @@ def _pairs(headers: Any) -> Iterable[tuple[object, object]]:
 
 def _values(headers: Any) -> list[bytes]:
     return list(map(_THIRD, headers._list))
+
+
+def _origin_by_parts(request: Any) -> str:
+    ref = request.url._uri_reference
+    return origin_key(ref.scheme, ref.host, ref.port)
+
+
+def _public_origin(request: Any) -> str:
+    url = request.url
+    return origin_key(url.scheme, url.raw_host, url.port)
 
 
 class Family:
@@ -116,6 +126,8 @@ class Family:
         )
         self.body_errors = (lib.HTTPError, lib.StreamError)
         self.access = self._fast_access()
+        #: a request's origin (the pacer's key)
+        self.origin: Callable[[Any], str] = self._fast_origin()
 
     def _fast_access(self) -> FieldAccess:
         """
@@ -131,6 +143,22 @@ class Family:
         if sample != [(b"X-A", b"x-a", b"b")]:
             return GENERIC
         return FieldAccess(_names, _pairs, values=_values)
+
+    def _fast_origin(self) -> Callable[[Any], str]:
+        """
+        A request's origin from the parts its URL keeps (scheme, IDNA host, port) at once.
+
+        The public properties each make a call (and ``raw_host`` its bytes) on every request.
+        Checked once, so another layout falls back to them.
+        """
+        try:
+            ref = self.lib.URL("http://Xn--A.b:81/")._uri_reference
+            found = (ref.scheme, ref.host, ref.port)
+        except AttributeError:  # pragma: no cover - a future httpx
+            return _public_origin
+        if found != ("http", "xn--a.b", 81):  # pragma: no cover - a future httpx
+            return _public_origin
+        return _origin_by_parts
 
     def failure(self, exc: Exception) -> Failure | None:
         """Classify a transport error; ``None`` for anything else (re-raised)."""
@@ -362,10 +390,8 @@ class _Edge(Edge, Generic[T]):
             msg = f"{mine}'s transport must be an {wanted}, not {name}"
         raise TypeError(msg)
 
-    @staticmethod
-    def _origin(request: Any) -> str:
-        url = request.url
-        return origin_key(url.scheme, url.raw_host, url.port)
+    def _origin(self, request: Any) -> str:
+        return self.family.origin(request)
 
     def _ends(self, request: Any) -> Ended:
         """How a cached call of ``request`` ends: the edge's hooks and metrics."""
@@ -461,7 +487,7 @@ class SyncEdge(_Edge[S]):
         send = self._attempt if cut else self._whole
         try:
             response, record = core.call(
-                self._origin(request), request, self._info, send, *self._reading
+                self.family.origin(request), request, self._info, send, *self._reading
             )
         except RateLimited as exc:
             return self._refused(exc, request)
@@ -537,7 +563,7 @@ class AsyncEdge(_Edge[A]):
         send = self._attempt if cut else self._whole
         try:
             response, record = await core.call_async(
-                self._origin(request), request, self._info, send, *self._reading
+                self.family.origin(request), request, self._info, send, *self._reading
             )
         except RateLimited as exc:
             return self._refused(exc, request)

@@ -72,9 +72,9 @@ NOT_SENT: tuple[None, None, None, Lane, None] = (None, None, None, Lane.FLOW, No
 _NOT_ENTERED: tuple[Lane, None, float] = (Lane.FLOW, None, 0.0)
 
 
-def left_of(deadline: float | None, clock: Callable[[], float]) -> float | None:
-    """What is left of ``deadline`` now (``None``: there is none), never below 0."""
-    return None if deadline is None else max(0.0, deadline - clock())
+def left_of(deadline: float | None, now: float) -> float | None:
+    """What is left of ``deadline`` at ``now`` (``None``: there is none), never below 0."""
+    return None if deadline is None else max(0.0, deadline - now)
 
 
 class _Response(Protocol):
@@ -98,7 +98,7 @@ class FastLane:
     exception) goes on into the call flow as its first attempt.
     """
 
-    __slots__ = ("_access", "_policy", "_retry_statuses", "bind", "pacer")
+    __slots__ = ("_access", "_policy", "_retry_statuses", "bind", "pacer", "shared")
 
     def __init__(
         self,
@@ -113,9 +113,18 @@ class FastLane:
         self._policy = policy
         self._retry_statuses = policy.retry_statuses
         self._access = access
+        #: whether the pacer's store does I/O (a round trip may come between clock readings)
+        self.shared: bool = getattr(pacer, "shared", False)
 
-    def enter(self, origin: str, request: object = None) -> tuple[Lane, Tracker | None, float]:
-        """May a first attempt to ``origin`` be sent at once?  The lane, tracker and time."""
+    def enter(
+        self, origin: str, request: object = None, now: float | None = None
+    ) -> tuple[Lane, Tracker | None, float]:
+        """
+        May a first attempt to ``origin`` be sent at once?  The lane, tracker and time.
+
+        ``now``: the time the caller read just before (the clock is read when not given, and
+        after binding the request to scopes, which may take a round trip).
+        """
         if testing.current() is not None:
             return _NOT_ENTERED
         pacer, bind = self.pacer, self.bind
@@ -123,7 +132,9 @@ class FastLane:
             bound = None  # no scopes: the origin's tracker alone
         else:
             bound = bind(origin, request, False)
-        now = pacer.clock()
+            now = None
+        if now is None:
+            now = pacer.clock()
         if bound is None:  # the origin's tracker alone: looked at without a lock first
             tracker = pacer.peek(origin)
             if tracker is not None and tracker.healthy(now):
@@ -289,17 +300,23 @@ def first_try(
     deadline: float | None,
     failure_of: Callable[[Exception], Failure | None],
     reply_of: Callable[[RS], Reply],
+    now: float | None = None,
 ) -> FirstAttempt[RS]:
     """
     Send ``request`` at once when the fast lane admits it (see :class:`FastLane`).
 
-    ``send(request, left)`` is told what is left of the call's ``deadline`` (on the pacer's clock).
+    ``send(request, left)`` is told what is left of the call's ``deadline`` (on the pacer's
+    clock); ``now``: the time the caller just read, if it did.
     """
-    entry, tracker, sent_at = lane.enter(origin, request)
+    entry, tracker, sent_at = lane.enter(origin, request, now)
     if tracker is None:
         return NOT_SENT
+    if entry is _HEALTHY and not lane.shared:
+        left = left_of(deadline, sent_at)  # (nothing came between: a look at the state)
+    else:  # a slot taken (under a lock, or a round trip) since
+        left = left_of(deadline, lane.pacer.clock())
     try:
-        response = send(request, left_of(deadline, lane.pacer.clock))
+        response = send(request, left)
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
     record = lane.leave(tracker, entry, sent_at, response, origin, request)
@@ -344,7 +361,7 @@ async def first_try_async(
     if tracker is None:
         return NOT_SENT
     try:
-        response = await send(request, left_of(deadline, lane.pacer.clock))
+        response = await send(request, left_of(deadline, lane.pacer.clock()))
     except BaseException as exc:
         return None, lane.failed(tracker, entry, exc, failure_of), None, entry, tracker
     if on_loop:

@@ -99,12 +99,14 @@ class FieldAccess:
     """
     How to read one kind of header container: its names, and its ``(name, value)`` pairs.
 
-    ``names`` returns a collection (it is looked at up to twice).  ``per_call``, when given,
+    ``names`` returns an iterable of the names (an iterator will do: it is asked again
+    whenever the names are looked at once more, which a scan does only for names it has not
+    learned).  ``per_call``, when given,
     says what a call costs in the units of the quotas not counted in requests (an LLM API's
     tokens), if known: such quotas are then read as calls (docs/headers.md R16).
     """
 
-    names: Callable[[Any], Collection[object]]
+    names: Callable[[Any], Iterable[object]]
     pairs: Callable[[Any], Iterable[tuple[object, object]]]
     per_call: Callable[[], float | None] | None = None
     #: The values in the order of ``names`` (a sequence), for a container that keeps them
@@ -169,9 +171,11 @@ class KnownNames:
         iterator, unhashable names) says ``True``.
         """
         try:
-            names = access.names(headers)
-            if self._no.issuperset(names):
+            # the common case in one pass over the names as the container gives them (no list
+            # made: an iterator will do); only names not all known are listed and looked at
+            if self._no.issuperset(access.names(headers)):
                 return False
+            names = list(access.names(headers))
             if not self._yes.isdisjoint(names):
                 return True
         except Exception:
