@@ -11,7 +11,6 @@ failure, exactly as the HTTP edges do; there is nothing to pace, so no pacer is 
 from __future__ import annotations
 
 import errno
-import inspect
 import logging
 import random
 import socket
@@ -33,7 +32,7 @@ from ..events import CallEnded, RecordBuilder
 from ..hints.model import Hints
 from ..pacing.budget import BudgetCounts
 from ..policy import DEFAULT_POLICY, RetryBudget, RetryPolicy
-from ._aio import async_sleep, event_loop_sleep, kind_of
+from ._aio import event_loop_sleep, kind_of
 
 __all__ = ["Attempt", "RetryContext", "is_transient", "retry", "retry_context", "transient_errors"]
 
@@ -502,7 +501,8 @@ class RetryContext:
             wait(attempt.delay)
 
     async def __aiter__(self) -> AsyncIterator[Attempt]:
-        """The attempts, waiting (with an async sleep) between them."""
+        """The attempts, waiting (with an async sleep: ``time.sleep`` is a TypeError) between."""
+        pause = event_loop_sleep(self._sleep)
         run = self._start()
         while True:
             run.attempt()
@@ -512,9 +512,7 @@ class RetryContext:
                 if not attempt.raised:
                     run.succeeded()
                 return
-            paused = (self._sleep or async_sleep)(attempt.delay)
-            if inspect.isawaitable(paused):
-                await paused
+            await pause(attempt.delay)
 
 
 def retry_context(

@@ -111,3 +111,22 @@ def test_a_sync_sleep_of_an_async_function_is_let_be(helper: str) -> None:
     assert asyncio.run(main()) == [0, 1, 2]
     if helper != "retry":  # (nothing to retry: no wait)
         assert slept
+
+
+def test_retry_context_refuses_time_sleep_as_async_for_begins() -> None:
+    """``async for`` over a retry_context given time.sleep: refused before any attempt."""
+    attempts = 0
+
+    async def main() -> None:
+        nonlocal attempts
+        async for attempt in retry_context(sleep=time.sleep):
+            with attempt:
+                attempts += 1
+
+    with pytest.raises(TypeError, match="must be an async sleep"):
+        asyncio.run(main())
+    assert attempts == 0
+    for attempt in retry_context(sleep=time.sleep):  # the sync loop takes it, as ever
+        with attempt:
+            attempts += 1
+    assert attempts == 1
