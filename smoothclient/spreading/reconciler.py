@@ -107,8 +107,9 @@ class Reconciler:
             except Exception:
                 return self._query_failed()
             fresh = self._claim(work)
-            if fresh:
-                spread(self._dispatch, fresh, **self._spread_options())
+            with self._released_if_not_run(fresh):
+                if fresh:
+                    spread(self._dispatch, fresh, **self._spread_options())
             return len(fresh)
         finally:
             self._ticking.release()
@@ -128,11 +129,12 @@ class Reconciler:
             except Exception:
                 return self._query_failed()
             fresh = self._claim(work)
-            if fresh and self._async_handle:
-                await spread(self._dispatch_async, fresh, **self._spread_options())
-            elif fresh:
-                options = self._spread_options()
-                await asyncio.to_thread(lambda: spread(self._dispatch, fresh, **options))
+            with self._released_if_not_run(fresh):
+                if fresh and self._async_handle:
+                    await spread(self._dispatch_async, fresh, **self._spread_options())
+                elif fresh:
+                    options = self._spread_options()
+                    await asyncio.to_thread(lambda: spread(self._dispatch, fresh, **options))
             return len(fresh)
         finally:
             self._ticking.release()
@@ -169,6 +171,22 @@ class Reconciler:
                     self.in_flight.add(k)
                     fresh.append(item)
         return fresh
+
+    @contextlib.contextmanager
+    def _released_if_not_run(self, fresh: list[Any]) -> Iterator[None]:
+        """
+        The keys of ``fresh`` given back if their spread fails.
+
+        Interrupted, cancelled, a sleep that raised: the items it never started would stay in
+        flight, skipped by every later tick.
+        """
+        try:
+            yield
+        except BaseException:
+            with self._lock:
+                for item in fresh:
+                    self.in_flight.discard(self.key(item))
+            raise
 
     def _dispatch(self, item: Any) -> None:
         with self._settling(item):

@@ -130,3 +130,26 @@ def test_retry_context_refuses_time_sleep_as_async_for_begins() -> None:
         with attempt:
             attempts += 1
     assert attempts == 1
+
+
+def test_a_reconciler_tick_that_fails_gives_its_items_back() -> None:
+    """
+    A tick's spread that failed (interrupted in its wait; an async tick given time.sleep)
+    left the items it never started in flight: every later tick skipped them, for good.
+    """
+
+    def interrupted(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    async def handle(item: int) -> None:
+        pass
+
+    work = [1, 2, 3]
+    ticking = Reconciler(lambda: work, _work, every=1, spread_over=5, sleep=interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ticking.tick()
+    assert ticking.in_flight == set()
+    awaiting = Reconciler(lambda: work, handle, every=1, spread_over=5, sleep=time.sleep)
+    with pytest.raises(TypeError, match="must be an async sleep"):
+        asyncio.run(awaiting.tick_async())
+    assert awaiting.in_flight == set()
