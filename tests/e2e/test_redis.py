@@ -32,6 +32,7 @@ from smoothclient import (
     paced,
 )
 from smoothclient.hints import Hints, Quota
+from smoothclient.pacing.redis import flusher
 from smoothclient.pacing.redis import store as redis_store
 from smoothclient.pacing.redis import tracker as redis_tracker
 from smoothclient.pacing.redis.store import RedisCell, redis_key
@@ -56,6 +57,12 @@ def server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
 
 #: The store's laws on Valkey as on Redis: the same scripts, expiries, TIME and failures.
 BOTH = pytest.mark.parametrize("server", ["redis", "valkey"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_flusher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deferred answers wait for the next step (the flusher's write is tested on its own)."""
+    monkeypatch.setattr(flusher, "FLUSH_AFTER", 3600.0)
 
 
 def fleet(server: RedisServer, n: int = 2, **kw: object) -> list[Pacer]:
@@ -1232,3 +1239,72 @@ def test_a_crowd_window_is_the_fleets_and_a_freed_place_reaches_it_at_once(
     time.sleep(0.1 / 4)  # B's copy is trusted a quarter of a service time under a window
     now = b.clock()
     assert tb.acquire(now, deadline=now + 10).final
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_an_idle_processs_last_answers_reach_the_fleet_without_a_next_step(
+    server: RedisServer, driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    Its count in flight too: a process done with an origin held it there for COHORT_TTL.
+
+    (A fleet of six through Redis whose first processes were done sent two to four requests
+    a window with nine free, the others counting the done ones' last requests in flight.)
+    """
+    import asyncio
+
+    monkeypatch.setattr(flusher, "FLUSH_AFTER", 0.05)
+    a, b = fleet(server)
+    tracker = a.track(ORIGIN)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
+    tracker.observe(200, QUOTA, a.clock(), counted=False)
+    touch(tracker)
+
+    def in_flight_seen_by_b() -> int:  # (or granted and not yet sent: as the ledger counts)
+        return int(b.track(ORIGIN).read(lambda o: o.waiting + o.in_flight, fresh=True))
+
+    async def request_async() -> None:
+        now = a.clock()
+        assert (await run_async(tracker.steps.acquire(now, deadline=now + 5))).final
+        tracker.sent()
+        assert in_flight_seen_by_b() == 1
+        await run_async(tracker.steps.observe(200, QUOTA, a.clock(), sent_at=now))
+        assert cell.deferred  # its answer waits on the copy
+        await asyncio.sleep(0.3)  # (the loop runs on: the write goes from it)
+
+    if driver == "sync":
+        now = a.clock()
+        assert tracker.acquire(now, deadline=now + 5).final
+        tracker.sent()
+        assert in_flight_seen_by_b() == 1
+        tracker.observe(200, QUOTA, a.clock(), sent_at=now)
+        assert cell.deferred
+        deadline = time.monotonic() + 1.0
+        while cell.deferred and time.monotonic() < deadline:
+            time.sleep(0.01)
+    else:
+        asyncio.run(request_async())
+    assert not cell.deferred
+    assert in_flight_seen_by_b() == 0  # written by the flusher, not 30 s later
+
+
+def test_the_flusher_writes_nothing_its_own_next_step_carried(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that keeps sending carries its answers itself: no extra write."""
+    monkeypatch.setattr(flusher, "FLUSH_AFTER", 0.05)
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    assert isinstance(tracker.cell, RedisCell)
+    tracker.observe(200, QUOTA, pacer.clock(), counted=False)
+    touch(tracker)
+    now = pacer.clock()
+    assert tracker.acquire(now, deadline=now + 5).final
+    tracker.sent()
+    tracker.observe(200, QUOTA, pacer.clock(), sent_at=now)  # deferred: the flusher armed
+    tracker.update(lambda o: None)  # its next step carries it
+    assert not tracker.cell.deferred
+    before = _evalsha_calls(server)
+    time.sleep(0.2)
+    assert _evalsha_calls(server) == before

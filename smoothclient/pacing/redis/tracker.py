@@ -28,6 +28,7 @@ from ..crowd import asks_again
 from ..state import MAX_SUCCESSES, OriginState, Settings
 from ..steps import Steps, Trip, run
 from ..store import Later, MemoryCell, Step
+from .flusher import arm, unchanged
 from .keyspace import COHORT_TTL, LINGER, horizon, merge_successes, others_of, redis_key
 from .link import Link, _Busy, _Down
 
@@ -85,6 +86,7 @@ class RedisCell:
         self.dirty: OriginState | None = None  # the copy, while a write of its change is out
         self.away = False  # the fallback took over from the copy (an outage): once an outage
         self.deferred: list[Callable[[OriginState], object]] = []  # answers not yet written
+        self.armed = False  # a write of them is due in flusher.FLUSH_AFTER
         # plain successes noted lock-free (the fast lane's), written with the next step: on
         # the copy alone they were lost at its next read, and the fleet's state counted a
         # tenth of them (an outage's release then started from a tenth of the rate served)
@@ -99,7 +101,7 @@ class RedisCell:
         self.mine, self.written = [0, 0], [-1, -1]
         self.others = {}
         self.queue = []
-        self.deferred = []
+        self.deferred, self.armed = [], False
         self.dirty = None
         self.away = False
         self.unsent.clear()
@@ -500,7 +502,7 @@ class RedisCell:
             with self.lock:  # a trusted copy (the fast lane's usual case): no turn, no trip
                 return self._look(look)
         if self.deferred and self.link.up_for(self.redis_key):
-            yield from self.update(_unchanged)
+            yield from self.update(unchanged)
             fresh = False  # the write's reply (or what it adopted) is as fresh as a read
         turn = yield from self._take_turn()
         try:
@@ -552,7 +554,10 @@ class RedisCell:
                 self.mine[1] -= 1
             answer(self.state)
             self.deferred.append(answer)
+            armed, self.armed = self.armed, True
             self._count()
+        if not armed:  # written by this process's next step, or by the flusher at the latest
+            arm(self)
         return True
 
     # ------------------------------------------------------------------ the fast lane
@@ -591,7 +596,3 @@ class RedisCell:
 def _always(_o: OriginState) -> bool:
     """An update that may always wait for the next step (:meth:`RedisCell.record_attempt`)."""
     return True
-
-
-def _unchanged(_o: object, _s: object) -> None:
-    """A step that changes nothing: a write of what the copy holds."""
