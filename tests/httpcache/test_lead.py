@@ -185,3 +185,54 @@ def test_an_entry_revalidated_by_another_since_it_was_read_is_not_revalidated_ag
     assert not first.claimed  # ... the other revalidated it and gave the key back
     assert late._early() is False
     assert not late.claimed
+
+
+def test_the_async_layer_sends_at_the_point_and_a_cancelled_wait_gives_the_key_back(
+    wall: FakeClock,
+) -> None:
+    """cached_send_async: the job sleeps until the point; cancelled meanwhile, it releases."""
+    import asyncio
+    from collections.abc import Awaitable
+
+    from smoothclient.edges.cached import cached_send_async
+
+    from .conftest import IO
+
+    c = client(wall, _tagged)
+    spawned: list[Callable[[], Awaitable[None]]] = []
+    naps: list[float] = []
+
+    async def send(extra: dict[str, str]) -> Resp:
+        return c.origin.send(list(extra.items()))
+
+    async def nap(seconds: float) -> None:
+        naps.append(seconds)
+        wall.advance(seconds)
+
+    async def cancelled(seconds: float) -> None:
+        raise asyncio.CancelledError
+
+    async def get() -> Resp:
+        return await cached_send_async(c.cache, IO, "GET", URL, [], send, nap, spawned.append)
+
+    async def scenario() -> None:
+        await get()
+        entry = c.entry()
+        assert entry is not None
+        point = entry.born + entry.refresh
+        wall.advance(point - 0.05 * entry.lifetime - wall())
+        assert (await get()).cache == "hit"
+        await spawned[0]()
+        assert naps == [pytest.approx(0.05 * entry.lifetime)]
+        assert wall() == pytest.approx(point)  # sent at the point
+        assert len(c.origin.requests) == 2
+        renewed = c.entry()
+        assert renewed is not None
+        wall.advance(renewed.born + renewed.refresh - 0.05 * renewed.lifetime - wall())
+        assert await cached_send_async(c.cache, IO, "GET", URL, [], send, cancelled, spawned.append)
+        with pytest.raises(asyncio.CancelledError):
+            await spawned[1]()
+        key = Lookup(c.cache, "GET", URL, []).key
+        assert c.cache.claim(key)  # the key was given back
+
+    asyncio.run(scenario())
