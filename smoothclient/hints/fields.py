@@ -239,14 +239,23 @@ def _placed(headers: Any, access: FieldAccess) -> _Read | None:
     values_of = access.values
     if values_of is None:
         return None
+    global _last
     names = tuple(access.names(headers))
+    last_names, plan = _last
     try:
-        plan = _PLANS.get(names)
-        if plan is None:
-            plan = _plan(names)
+        if names != last_names:  # (the last response's names, predicted: an equal hashes nothing)
+            kept = _PLANS.get(names)
+            plan = _plan(names) if kept is None else kept
+            if names in _PLANS:  # (a list kept: never a long one)
+                _last = (names, plan)  # (one tuple: a thread reads the old pair or the new)
     except TypeError:  # an unhashable name
         return None
     return plan, values_of(headers)
+
+
+#: The last list of names planned and its plan: a server sends the same names every time, so
+#: the next response's are predicted to be these (checked by equality, which hashes nothing).
+_last: tuple[tuple[object, ...], tuple[tuple[int, str], ...]] = ((), ())
 
 
 def _listed(headers: Any, access: FieldAccess) -> _Read:

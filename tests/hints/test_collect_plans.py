@@ -114,3 +114,17 @@ def test_aiohttp_headers_read_by_place_as_name_by_name(pairs: list[tuple[str, st
     assert collect(headers, AIOHTTP) == listed
     assert collect(headers, AIOHTTP) == listed
     assert collect(headers, GENERIC) == listed
+
+
+def test_the_last_list_of_names_is_predicted_and_checked() -> None:
+    """The next list is taken for the last one only when equal: another is planned, not reused."""
+    first = httpx.Headers([("Server", "x"), ("RateLimit", '"d";r=5;t=1')])
+    other = httpx.Headers([("RateLimit", '"d";r=4;t=1'), ("Server", "x")])
+    assert collect(first, HEADER_ACCESS) == {"ratelimit": ['"d";r=5;t=1']}
+    assert fields_module._last[0] == (b"server", b"ratelimit")
+    assert collect(first, HEADER_ACCESS) == {"ratelimit": ['"d";r=5;t=1']}
+    assert collect(other, HEADER_ACCESS) == {"ratelimit": ['"d";r=4;t=1']}
+    assert fields_module._last[0] == (b"ratelimit", b"server")
+    long = httpx.Headers([("x-" + "n" * MAX_NAME, "1"), ("Retry-After", "3")])
+    assert collect(long, HEADER_ACCESS) == {"retry-after": ["3"]}
+    assert fields_module._last[0] == (b"ratelimit", b"server")  # a long name is never kept
