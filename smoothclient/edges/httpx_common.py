@@ -87,13 +87,12 @@ def _values(headers: Any) -> list[bytes]:
 
 
 def _origin_by_parts(request: Any) -> str:
-    ref = request.url._uri_reference
+    ref = request.url._uri_reference  # (the public properties: a call each, raw_host's bytes)
     return origin_key(ref.scheme, ref.host, ref.port)
 
 
 def _public_origin(request: Any) -> str:
-    url = request.url
-    return origin_key(url.scheme, url.raw_host, url.port)
+    return origin_key(request.url.scheme, request.url.raw_host, request.url.port)
 
 
 class Family:
@@ -126,8 +125,10 @@ class Family:
         )
         self.body_errors = (lib.HTTPError, lib.StreamError)
         self.access = self._fast_access()
-        #: a request's origin (the pacer's key)
-        self.origin: Callable[[Any], str] = self._fast_origin()
+        #: a request's origin, from its URL's parsed parts if kept as httpx keeps them (checked)
+        ref = getattr(lib.URL("http://Xn--A.b:81/"), "_uri_reference", None)
+        kept = ref is not None and (ref.scheme, ref.host, ref.port) == ("http", "xn--a.b", 81)
+        self.origin: Callable[[Any], str] = _origin_by_parts if kept else _public_origin
 
     def _fast_access(self) -> FieldAccess:
         """
@@ -136,29 +137,9 @@ class Family:
         That costs far less than the public views, which decode every entry.  Checked once, so
         another layout falls back to the public views.
         """
-        try:
-            sample = self.lib.Headers({"X-A": "b"})._list
-        except AttributeError:  # pragma: no cover - a future httpx
-            return GENERIC
-        if sample != [(b"X-A", b"x-a", b"b")]:
-            return GENERIC
-        return FieldAccess(_names, _pairs, values=_values)
-
-    def _fast_origin(self) -> Callable[[Any], str]:
-        """
-        A request's origin from the parts its URL keeps (scheme, IDNA host, port) at once.
-
-        The public properties each make a call (and ``raw_host`` its bytes) on every request.
-        Checked once, so another layout falls back to them.
-        """
-        try:
-            ref = self.lib.URL("http://Xn--A.b:81/")._uri_reference
-            found = (ref.scheme, ref.host, ref.port)
-        except AttributeError:  # pragma: no cover - a future httpx
-            return _public_origin
-        if found != ("http", "xn--a.b", 81):  # pragma: no cover - a future httpx
-            return _public_origin
-        return _origin_by_parts
+        sample = getattr(self.lib.Headers({"X-A": "b"}), "_list", None)
+        fast = sample == [(b"X-A", b"x-a", b"b")]
+        return FieldAccess(_names, _pairs, values=_values) if fast else GENERIC
 
     def failure(self, exc: Exception) -> Failure | None:
         """Classify a transport error; ``None`` for anything else (re-raised)."""
