@@ -152,8 +152,8 @@ class SteppedLane(FastLane):
 
     __slots__ = ()
 
-    def enter(self, origin: str, request: object = None) -> Any:
-        return run(self.enter_steps(origin, request))
+    def enter(self, origin: str, request: object = None, now: float | None = None) -> Any:
+        return run(self.enter_steps(origin, request))  # (the step twin reads its own clock)
 
     def leave(self, *args: Any, **kwargs: Any) -> Any:
         return run(self.leave_steps(*args, **kwargs))
