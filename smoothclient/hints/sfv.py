@@ -322,7 +322,18 @@ def _shaped(text: str, parts: list[str]) -> Shape | None:
         return None
     if next(slots, None) is not None:
         return None  # digits left over: in a string, token, key or boolean
-    return Shape(tuple(shaped))
+    shape = Shape(tuple(shaped))
+    # a parameter given twice keeps its first place and takes its last value: the runs are
+    # then met out of the text's order, unseen when they hold equal numbers.  A list of this
+    # shape with a distinct number in each run, parsed whole, tells (once per shape)
+    probe = [str(index) for index in range(len(runs))]
+    probed = parts.copy()
+    probed[1::2] = probe
+    try:
+        whole = list(_parse_whole("".join(probed)))
+    except SFVError:  # pragma: no cover - the same skeleton parses alike
+        return None
+    return shape if shape.fill(probe) == whole else None
 
 
 class _NotAShape(Exception):

@@ -172,3 +172,12 @@ def test_a_valid_list_of_a_known_shape_reads_as_if_parsed_whole(
     text: str, digits: list[str]
 ) -> None:
     _same_as_whole(text, digits)
+
+
+def test_a_parameter_given_twice_is_read_at_its_last_place() -> None:
+    """
+    ``t`` given twice keeps its first place and takes its last value: a shape made of equal
+    numbers would read ``r`` and ``t`` from each other's runs (found by hypothesis).
+    """
+    _same_as_whole('0;t="d";r=0;t=0', ["0", "1"])
+    _same_as_whole('"d";t=5;r=7;t=9', ["1", "2", "3"])
