@@ -1308,3 +1308,28 @@ def test_the_flusher_writes_nothing_its_own_next_step_carried(
     before = _evalsha_calls(server)
     time.sleep(0.2)
     assert _evalsha_calls(server) == before
+
+
+def test_a_deferred_answer_is_learned_with_its_request_out_of_flight(server: RedisServer) -> None:
+    """
+    The ledger subtracts the requests still in flight from what the answer says is left.
+
+    A deferred answer was learned while its own request still counted in flight: every
+    window a process paced through Redis held one request back (9 of 10 sent, a fifth window
+    for 40 calls where memory took four).
+    """
+    (a,) = fleet(server, 1)
+    tracker = a.track(ORIGIN)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
+    tracker.observe(200, QUOTA, a.clock(), counted=False)  # 50 left
+    touch(tracker)
+    now = a.clock()
+    for _ in range(2):
+        assert tracker.acquire(now, deadline=now + 5).final
+        tracker.sent()
+    left = Hints(remaining=48, limit=100, window=10, reset_after=10)  # both counted there
+    tracker.observe(200, left, a.clock(), sent_at=now)
+    assert cell.deferred  # (learned on the copy, written with the next step)
+    assert cell.mine == [0, 1]
+    assert cell.state.avail == 47  # 48 left, less the one request still out (not 46)

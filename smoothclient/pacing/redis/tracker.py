@@ -297,9 +297,10 @@ class RedisCell:
             return self._in_memory(step)
         with self.lock:
             state = self.state
-            before = (state.waiting, state.in_flight)
             if later is not None and later[1]:
                 self.mine[1] -= 1
+                self._count()  # (learned as answered: not in flight for the ledger)
+            before = (state.waiting, state.in_flight)
             result = self._apply(state, again)
             self.mine[0] += state.waiting - before[0]
             self.mine[1] += state.in_flight - before[1]
@@ -550,8 +551,9 @@ class RedisCell:
         with self.lock:
             if len(self.deferred) >= MAX_DEFERRED:
                 return False
-            if released:
+            if released:  # learned as answered: the ledger counts it in flight no more
                 self.mine[1] -= 1
+                self._count()
             answer(self.state)
             self.deferred.append(answer)
             armed, self.armed = self.armed, True
