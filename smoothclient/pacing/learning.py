@@ -341,13 +341,15 @@ def _ledger(
             and resets.grain(reset_after)
             and o.limit
             and o.period_ok >= o.limit
+            and not o.in_flight
         ):
             # Alone on the quota (the last window admitted only this client's requests),
-            # the new window let one in and holds nothing more: a fixed window gives a
-            # lone client all of it at its reset, so this one refills as it was spent (a
-            # moving window, a bucket).  Stated exactly, its reset says when the next slot
-            # frees; stated in whole seconds it says "1 s", a whole second that a moving
-            # window of one second did not need (2x the ideal): paced by the mirror.
+            # the new window let one in (no other is out) and holds nothing more: a fixed
+            # window gives a lone client all of it at its reset, so this one refills as it
+            # was spent (a moving window, a bucket).  Stated exactly, its reset says when
+            # the next slot frees; stated in whole seconds it says "1 s", a whole second
+            # that a moving window of one second did not need (2x the ideal): paced by the
+            # mirror.
             o.evidence, o.kind = EVIDENCE, "bucket"
         sharing = o.kind == "window" and not alone  # a bucket's mirror paces it
         if sharing:
