@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
+from collections.abc import Callable
 
 import pytest
-import trio
 
 from smoothclient import Hints, Pacer
 from smoothclient.pacing import resets
@@ -24,19 +23,6 @@ from smoothclient.pacing.store import KeyTracker, MemoryCell
 from smoothclient.tools.limiters import FixedWindow, MovingWindow, run_herd
 
 ORIGIN = "http://api.test:80"
-
-
-def _wall_on_trio(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Epoch headers read on trio's virtual clock (see tests/pacing/test_limiter_model.py)."""
-    base = time.time()
-
-    def wall() -> float:
-        try:
-            return base + trio.current_time()
-        except RuntimeError:  # outside the run
-            return base
-
-    monkeypatch.setattr(time, "time", wall)
 
 
 def _state(p: Pacer) -> st.OriginState:
@@ -128,10 +114,10 @@ def test_a_window_stating_whole_seconds_is_drained_near_the_ideal(
     calls: int,
     bound: float,
     extra: float,
-    monkeypatch: pytest.MonkeyPatch,
+    wall_on_trio: Callable[..., None],
 ) -> None:
     """IETF ``RateLimit`` with ``t`` rounded up, as express-rate-limit sends it."""
-    _wall_on_trio(monkeypatch)
+    wall_on_trio()
     results = []
     for seed in range(3):
         fresh = type(limiter)(limiter.limit, limiter.window)
@@ -197,7 +183,7 @@ def test_a_refusal_after_the_bound_refutes_it() -> None:
 
 @pytest.mark.parametrize("phase", [0.0, 0.4, 0.8])
 def test_an_epoch_reset_rounded_up_does_not_lock_a_client_out_of_every_other_window(
-    phase: float, monkeypatch: pytest.MonkeyPatch
+    phase: float, wall_on_trio: Callable[..., None]
 ) -> None:
     """
     ``X-RateLimit-Reset`` in whole epoch seconds, a window that begins at its first request.
@@ -205,15 +191,7 @@ def test_an_epoch_reset_rounded_up_does_not_lock_a_client_out_of_every_other_win
     Opened at the stated reset, each window's true reset fell just after a whole second, was
     stated a second late, and the client lost every other window (1.84x at some phases).
     """
-    base = math.floor(time.time()) + phase
-
-    def wall() -> float:
-        try:
-            return base + trio.current_time()
-        except RuntimeError:
-            return base
-
-    monkeypatch.setattr(time, "time", wall)
+    wall_on_trio(1_700_000_000 + phase)
     result = run_herd(FixedWindow(10, 1.0), "github", 60, stagger=0.01, spread=0.002)
     assert result.failed == 0
     assert result.ratio <= 1.35

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import random
 import statistics
+from collections.abc import Callable
 
 import pytest
 
@@ -141,24 +142,9 @@ def test_a_rate_limit_on_a_slow_origin_is_still_paced_by_its_rate(
     assert result.extra_429s_per_call <= 0.3
 
 
-def _wall_on_trio(monkeypatch: pytest.MonkeyPatch, base: float = 1_700_000_000.0) -> None:
-    """``time.time`` runs on trio's virtual clock (and stands still outside a run)."""
-    import time
-
-    import trio
-
-    def wall() -> float:
-        try:
-            return base + trio.current_time()
-        except RuntimeError:  # outside the run
-            return base
-
-    monkeypatch.setattr(time, "time", wall)
-
-
 @pytest.mark.parametrize(("stagger", "spread"), [(0.02, 0.0), (0.02, 0.005), (0.05, 0.01)])
 def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
-    stagger: float, spread: float, monkeypatch: pytest.MonkeyPatch
+    stagger: float, spread: float, wall_on_trio: Callable[..., None]
 ) -> None:
     """
     Sends and answers interleave, answers overtake each other: still about the ideal.
@@ -170,7 +156,7 @@ def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
     Medians over seeds: one seed's order of sends and answers now and then costs a window
     (1.3-1.5 times the ideal, seen with and without the waiters' queue).
     """
-    _wall_on_trio(monkeypatch)  # epoch resets read on the virtual clock, whatever the load
+    wall_on_trio()  # epoch resets read on the virtual clock, whatever the load
     results = [
         run_herd(
             MovingWindow(20, 1.0, reset_bias=1.0), "x", 100, stagger=stagger, spread=spread, seed=s
@@ -194,7 +180,7 @@ def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
     ids=["fixed", "moving"],
 )
 def test_a_long_window_stated_late_is_taken_when_its_retry_after_says(
-    limiter: Limiter, monkeypatch: pytest.MonkeyPatch
+    limiter: Limiter, wall_on_trio: Callable[..., None]
 ) -> None:
     """
     slowapi on a 3 s window: its reset stated a second late, ``Retry-After`` in between.
@@ -202,7 +188,7 @@ def test_a_long_window_stated_late_is_taken_when_its_retry_after_says(
     The early probes crept up on the true reset a quarter at a time and ran out just short
     of it; every window after waited the stated reset: 1.33 times the ideal.
     """
-    _wall_on_trio(monkeypatch)
+    wall_on_trio()
     result = run_herd(limiter, "x", 90)
     assert result.failed == 0
     assert result.ratio <= 1.1
@@ -398,7 +384,7 @@ def test_requests_sent_right_after_exhaustion_are_no_evidence() -> None:
 
 @pytest.mark.parametrize("phase", [0.6, 0.9])
 def test_a_bucket_stating_clock_aligned_resets_is_paced_at_its_rate(
-    phase: float, monkeypatch: pytest.MonkeyPatch
+    phase: float, wall_on_trio: Callable[..., None]
 ) -> None:
     """
     GitHub's headers on a token bucket (10/s, 5 at once): the reset is the next whole second.
@@ -407,7 +393,7 @@ def test_a_bucket_stating_clock_aligned_resets_is_paced_at_its_rate(
     guessed from it is too high; the bucket's rejections of that pace are no window's evidence
     (read as a window, the ledger sent 5 a second: twice the ideal time).
     """
-    _wall_on_trio(monkeypatch, 1_700_000_000 + phase)
+    wall_on_trio(1_700_000_000 + phase)
     result = run_herd(TokenBucket(10, 1.0, 5), "github", 60)
     assert result.failed == 0
     assert result.ratio <= 1.3
