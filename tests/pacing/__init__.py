@@ -1,0 +1,1 @@
+"""The pacing tests (a package: its conftest is its own module)."""
