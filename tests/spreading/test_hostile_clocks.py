@@ -190,15 +190,6 @@ def test_a_step_back_does_not_push_a_retrys_deadline_away() -> None:
     plain()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "smoothclient/engine/decide.py (not this campaign's to edit): _fit_deadline draws each "
-        "wait within the time left, so a call failing at once closes in on its deadline with "
-        "ever shorter waits and spends every attempt left there (on a fake clock: all 5,000 "
-        "in the 30 s; on a real one, five attempts in its last 80 ms)"
-    ),
-)
 def test_a_call_failing_at_once_does_not_spend_its_attempts_at_its_deadline() -> None:
     """Waits of up to 1 s over 30 s: some sixty attempts, not every attempt allowed."""
     clock = SteppingClock([])
