@@ -154,14 +154,16 @@ def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
     way back.  Read in that order, answers once left the last tokens of the first window unspent
     and voted bucket, and the gate then closed until the late reset: 1.26 times the ideal.
     Medians over seeds: one seed's order of sends and answers now and then costs a window
-    (1.3-1.5 times the ideal, seen with and without the waiters' queue).
+    (1.3-1.5 times the ideal, seen with and without the waiters' queue).  Six seeds, not four:
+    trio shuffles the order of ready tasks at random, and the median of four went over 1.15
+    in 3-7% of runs (45 runs of six: none).
     """
     wall_on_trio()  # epoch resets read on the virtual clock, whatever the load
     results = [
         run_herd(
             MovingWindow(20, 1.0, reset_bias=1.0), "x", 100, stagger=stagger, spread=spread, seed=s
         )
-        for s in range(4)
+        for s in range(6)
     ]
     assert all(r.failed == 0 for r in results)
     # (1.15 before a quota a 429 stated spent was closed until its stated reset: the herd
