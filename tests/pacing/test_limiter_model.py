@@ -81,12 +81,14 @@ def test_a_concurrency_limit_is_paced_by_what_is_in_flight(service: float) -> No
 
     Read as a rate, its throttles cut the learned rate to what came back in the first EPOCH
     (the probe: one a second, against 50 or 250) and the herd took 3.7 and 17.5 times the
-    ideal.  The crowd window holds the rest to what the server serves at a time.
+    ideal.  The crowd window holds the rest to what the server serves at a time.  The median
+    of three herds: trio shuffles ready tasks at random, and one herd in some forty took 1.61
+    where the others took 1.34-1.35 (the same before and after this round's changes).
     """
-    result = run_herd(Concurrency(5, service), "bare", 60)
-    assert result.failed == 0
-    assert result.ratio <= 1.45
-    assert result.extra_429s_per_call <= 0.1
+    results = [run_herd(Concurrency(5, service), "bare", 60) for _ in range(3)]
+    assert all(r.failed == 0 for r in results)
+    assert statistics.median(r.ratio for r in results) <= 1.45
+    assert statistics.median(r.extra_429s_per_call for r in results) <= 0.1
 
 
 #: Whether learning.observe tells the crowd window when a throttled request went (how long
