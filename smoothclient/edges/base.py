@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from .._validate import function
 from ..errors import RateLimited
 from ..events import CallEnded, CallRecord
 from ..hints import FieldAccess
@@ -147,9 +148,7 @@ class EdgeCore:
         self.pacer: PacerLike = pacer or Pacer()
         self.rng = rng or random.Random()
         self._access = access
-        if scope is not None and not callable(scope):
-            msg = f"scope must be a function of a ScopeRequest, not {type(scope).__name__}"
-            raise TypeError(msg)
+        function("scope", scope, "of a ScopeRequest", optional=True)
         self.bind = _binder(self.pacer, route_of, scope)
         self.lane = FastLane(self.pacer, self.policy, access, self.bind)
         # a store that does I/O (Redis): async calls on asyncio await its steps' round trips

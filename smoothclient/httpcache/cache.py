@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from .._validate import fraction, optional_seconds, seconds
+from .._validate import fraction, function, optional_seconds, seconds
 from ..window import jittered_lifetime, xfetch_due
 from .entry import Entry, Junk
 from .rules import Headers, freshness, vary_names, vary_values
@@ -98,9 +98,7 @@ class HttpCache:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 msg = f"{name} must be a positive int (bytes), not {value!r}"
                 raise ValueError(msg) if isinstance(value, int) else TypeError(msg)
-        if clock is not None and not callable(clock):
-            msg = f"clock must be a callable returning seconds, not {clock!r}"
-            raise TypeError(msg)
+        function("clock", clock, "returning seconds", optional=True)
         if rng is not None and not isinstance(rng, random.Random):
             msg = f"rng must be a random.Random, not {type(rng).__name__}"
             raise TypeError(msg)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from .._validate import positive_int, seconds
+from .._validate import function, positive_int, seconds
 from .keys import LruMap
 from .scopes import (
     MAX_ROUTES,
@@ -164,12 +164,8 @@ class Pacer:
             quiet=seconds("quiet", quiet, allow_zero=False),
             max_gate=seconds("max_gate", max_gate, allow_zero=False),
         )
-        if clock is not None and not callable(clock):
-            msg = f"clock must be a callable returning seconds, not {type(clock).__name__}"
-            raise TypeError(msg)
-        if scope is not None and not callable(scope):
-            msg = f"scope must be a function of a ScopeRequest, not {type(scope).__name__}"
-            raise TypeError(msg)
+        function("clock", clock, "returning seconds", optional=True)
+        function("scope", scope, "of a ScopeRequest", optional=True)
         self._scope = scope
         self.max_routes = positive_int("max_routes", max_routes)
         self.max_scopes = positive_int("max_scopes", max_scopes)

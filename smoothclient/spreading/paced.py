@@ -143,9 +143,7 @@ def paced(
     if not (1 <= burst <= sys.float_info.max):  # (math.isfinite raises for a huge int)
         msg = f"burst must be a finite number >= 1, got {burst!r}"
         raise ValueError(msg)
-    if clock is not None and not callable(clock):
-        msg = f"clock must be a callable returning seconds, not {type(clock).__name__}"
-        raise TypeError(msg)
+    function("clock", clock, "returning seconds", optional=True)
     function("key", key, "of the arguments", optional=True)
     function("sleep", sleep, "taking seconds", optional=True)
     limit = positive_int("max_keys", max_keys)
