@@ -43,6 +43,7 @@ from smoothclient import (
     retry,
     spread,
 )
+from smoothclient.spreading import Reconciler
 from smoothclient.testing import FakeClock
 
 URL = "http://api.example.test/items"
@@ -932,14 +933,6 @@ def test_item15_header_name_cache_does_not_hold_huge_names() -> None:
     assert retained < 2_000_000, f"{retained / 1e6:.1f} MB retained after 400 distinct 60 KB names"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "smoothclient/pacing (being edited by others, not here): a Pacer whose clock steps back "
-        "an hour holds a paced origin for that hour: every call raises RateLimitedError ('the "
-        "origin admits no request for 3.6e+03 s') until the clock catches up"
-    ),
-)
 def test_item16_a_pacer_clock_stepping_back_does_not_close_the_origin() -> None:
     """A quota known (5 of 10 left), the pacer's clock set back an hour: calls go on."""
     now = [1_000_000.0]
@@ -968,3 +961,21 @@ def test_item16_a_pacer_clock_stepping_back_does_not_close_the_origin() -> None:
             assert client.get("http://api.test/x").status_code == 200
             if i == 2:
                 now[0] -= 3600.0
+
+
+def test_a_huge_concurrency_means_no_cap_and_starts_only_the_threads_needed() -> None:
+    """``concurrency=2**70`` is a bound, not a pool size: five items start at most five threads."""
+    seen: set[int] = set()
+    lock = threading.Lock()
+
+    def work(item: int) -> int:
+        with lock:
+            seen.add(threading.get_ident())
+        return item * 2
+
+    done = spread(work, range(5), window=0, concurrency=2**70)
+    assert done.results == [0, 2, 4, 6, 8]
+    assert 1 <= len(seen) <= 5
+    reconciler = Reconciler(list, lambda item: None, every=1, concurrency=2**70)
+    assert reconciler.tick() == 0
+    assert reconciler.concurrency == 2**70

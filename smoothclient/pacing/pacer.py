@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from .._validate import function, positive_int, seconds
+from .._validate import forward, function, positive_int, seconds
 from .keys import LruMap
 from .scopes import (
     MAX_ROUTES,
@@ -178,7 +178,7 @@ class Pacer:
             max_scoped=self.max_origins * self.max_scopes,
             timeout=self.storage_timeout,
         )
-        self.clock: Callable[[], float] = clock or store_clock
+        self.clock: Callable[[], float] = store_clock if clock is None else forward(clock)
         self._clock_given = clock  # (pickled: a Redis store's clock is its live link's)
         #: Whether the state lives outside this process (Redis): shared with other processes,
         #: and each step a round trip (async edges await them on their asyncio loop; on

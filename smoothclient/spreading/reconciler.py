@@ -30,7 +30,9 @@ class Reconciler:
     ``handle(item)`` for each item not already in flight in this process (by ``key``), spread
     over ``spread_over`` seconds.  Ticks never overlap; a failing query or item is logged and
     counted, never fatal.  ``handle`` must be idempotent: duplicates across processes (or with
-    the user-triggered path) are normal.
+    the user-triggered path) are normal.  ``concurrency`` bounds the items handled at once: a
+    bound, not a pool's size (threads start only as items need them), so any positive int is
+    allowed and a huge one means no bound.
     """
 
     def __init__(
