@@ -411,5 +411,8 @@ async def _discard(timer: object, sent: _Sent) -> bool:
             raise
         # a body that failed to read once is not read again
     finally:
-        response.release()
+        if not whole:
+            # (read to its end, it gave its connection back; released, aiohttp refuses to read
+            # it again, and a call that gives up before its next attempt returns it)
+            response.release()
     return whole

@@ -14,6 +14,7 @@ import bisect
 import math
 from collections import deque
 
+from .outage import release_step
 from .state import HORIZON, OriginState, Settings
 
 __all__ = ["EPOCH", "SKEW", "forget", "noted", "recovered", "throttled"]
@@ -296,6 +297,8 @@ def recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
             # longer the limit (the others of a fleet are done): slow start again
             o.ceiling = math.inf
         if rate < o.ceiling:
-            _raise(o, now, rate + 0.5)
+            # (an outage's release: more gently past what the origin served before it)
+            step = release_step(o, now, rate)
+            _raise(o, now, rate + (0.5 if step is None else min(0.5, step)))
         else:
             _raise(o, now, rate + PROBE_GAIN / rate)

@@ -21,10 +21,11 @@ The law, in three parts:
    falls before the next probe gives up without sending, saying why.
 3. **Reopen gently.**  The first answer that is not a failure reopens the origin.  What waited
    is then released at the rate the origin served just before it failed (a learned rate the
-   controller grows per success, as a slow start does), and for :data:`RELEASE` seconds a 5xx
-   is also a throttle that cuts that rate once it is above the rate served before: a
-   recovering server that answers its overload with 503s slows the release down instead of
-   being buried by it, and a brownout's 503s do not cut it below what the origin served.
+   controller grows per success, additively past that rate: :func:`release_step`), and for
+   :data:`RELEASE` seconds a 5xx is also a throttle that cuts that rate once it is above the
+   rate served before: a recovering server that answers its overload with 503s slows the
+   release down instead of being buried by it, and a brownout's 503s do not cut it below what
+   the origin served.
 4. **In flight, bounded.**  A server that queues its overload answers a release too fast with
    nothing but slower successes until its queue times out, a second late.  So the release
    also keeps at most :data:`FLIGHT_GAIN` times the requests the origin had in flight before
@@ -50,6 +51,7 @@ __all__ = [
     "failed",
     "failing_share",
     "is_failure",
+    "release_step",
     "settled",
     "taken",
     "timed",
@@ -76,6 +78,11 @@ FLIGHT_GAIN = 2.0
 #: handful, a fleet of four through Redis released at the rate it was offered, never faster,
 #: and some of its releases stalled at the floor).
 MIN_FLIGHT = 4.0
+#: Past the rate the origin served before it failed, a release grows by this share of that
+#: rate a second, additively (see :func:`release_step`) ...
+RELEASE_GAIN = 0.2
+#: ... and by at least this many requests a second each second.
+MIN_RELEASE_GAIN = 1.0
 #: Each answer moves the smoothed time answers take by this share of the difference.
 SMOOTHING = 0.25
 #: Failures (a second's, decayed) below which :func:`failing_share` says nothing.
@@ -210,6 +217,29 @@ def answered(o: OriginState, s: Settings, now: float) -> None:
         # (benchmarks/outage.py): the deeper first cut stands, as TCP halves its window when
         # a slow start ends in a loss
         o.last_throttle = max(o.last_throttle, now - 1.0)
+
+
+def release_step(o: OriginState, now: float, rate: float) -> float | None:
+    """
+    How much a success raises a release's rate past what the origin served before it failed.
+
+    ``None``: no release, or still below that rate (the slow start's step stands).  Above it
+    the release grows by :data:`RELEASE_GAIN` of that rate a second (at least
+    :data:`MIN_RELEASE_GAIN`: an origin that served a request or two a second, or none, grows
+    as a slow start does), a share of it a success at ``rate`` successes a second, not by half
+    a request a success (x1.5 a second): what
+    waited only needs more than the origin served to drain, and a slow start found the
+    origin's capacity by overshooting it.  Each process of a fleet that shares nothing finds
+    it by its own 503s, a quarter of a second or more after the origin's burst ran out, so
+    the fleet's busiest second after an outage held 1.11-1.16 times the origin's capacity
+    (``benchmarks/outage.py``, hard and refused); at this gain, 0.96-1.02.  Draining is
+    slower, within the calls' deadlines: an outage shorter than the deadline is waited out
+    at the rate served before, and every rate above it drains.
+    """
+    b = o.outage
+    if now >= b.release_until or rate <= b.served:
+        return None
+    return max(RELEASE_GAIN * b.served, MIN_RELEASE_GAIN) / rate
 
 
 def settled(o: OriginState, now: float) -> None:
