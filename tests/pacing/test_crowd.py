@@ -88,7 +88,7 @@ def test_successes_keep_the_quickest_time_and_widen_a_full_window() -> None:
     crowd.served(o, S, 3.5, sent_at=3.0)
     assert o.latency is not None
     assert math.isclose(o.latency, 0.1)
-    o.crowd_window, o.crowded_at, o.in_flight = 4.0, 3.0, 3
+    o.crowd_window, o.crowded_at, o.in_flight = 4.0, 3.5, 3  # (cut a service time ago)
     crowd.served(o, S, 3.6, sent_at=3.5)
     assert o.crowd_window == 4.25  # full (3 others + this one): one more every window's worth
     o.in_flight = 1
@@ -100,6 +100,27 @@ def test_successes_keep_the_quickest_time_and_widen_a_full_window() -> None:
     o.crowd_window = 4.25
     crowd.served(o, S, 3.0 + S.quiet + 1, sent_at=3.0 + S.quiet + 0.9)
     assert o.crowd_window == math.inf  # no crowd's throttle for a quiet spell
+
+
+def test_a_full_window_not_cut_for_a_while_grows_by_one_a_success() -> None:
+    """
+    The others of a fleet that held the places are done: a slow start, not one a window.
+
+    Grown by one a window's worth from one place, the last process of a fleet of three took a
+    second to fill the five places the others had left.
+    """
+    o = slow(in_flight=0)
+    o.crowd_window, o.crowded_at = 1.0, 10.0
+    now = 10.0 + crowd.REGROW * 0.1  # (latency 0.1: four service times without a cut)
+    for expected in (2.0, 3.0, 4.0):
+        o.in_flight = int(expected) - 1  # full: the others and this one
+        crowd.served(o, S, now, sent_at=now - 0.1)
+        assert o.crowd_window == expected
+        now += 0.01
+    o.crowded_at = now  # a cut: one a window's worth again
+    o.in_flight = 3
+    crowd.served(o, S, now + 0.05, sent_at=now - 0.05)
+    assert o.crowd_window == 4.25
 
 
 def test_a_full_window_holds_requests_and_frees_a_place_per_answer() -> None:
@@ -205,7 +226,7 @@ def test_a_window_below_one_is_cut_once_a_round_down_to_the_least() -> None:
     assert crowd.width(o) == 0.5
     # each request sent after a cut and turned away halves it, down to LEAST
     now = 1.2
-    for expected in (0.25, 0.125, crowd.LEAST, crowd.LEAST):
+    for expected in (max(crowd.LEAST, 0.25), crowd.LEAST, crowd.LEAST):
         assert crowd.crowded(o, S, now, counted=True, sent_at=now - 0.003)
         assert math.isclose(crowd.width(o), expected)
         now += 1.0
