@@ -13,23 +13,35 @@ So a deferred answer waits at most :data:`FLUSH_AFTER`: a write then carries wha
 a step of the process's own did first.  On asyncio, a callback on the loop that deferred (the
 write goes through its ``redis.asyncio`` client); elsewhere, one daemon thread per process,
 started the first time an answer waits and made anew in a forked child.
+
+And a process rarely waits those 50 ms when it is done: ``asyncio.run`` returned at its last
+answer and closed the loop, the timer's write dropped with it, and the process exited; its
+counts (waiting and in flight) stayed on the key for COHORT_TTL, and the others paced their
+share of the rate against those phantoms (a fleet of six on express-rate-limit 10 a second:
+10, 7, 4, then 1 request a second for 25 s, 3.5x the ideal time).  So what waits on a loop's
+cells is written at once when that loop shuts its async generators down (:func:`drain`, from
+the loop's client's keeper, with the sync client), and what waits on the thread at the
+interpreter's exit (``atexit``, which a ``spawn``ed or plain process runs).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import heapq
 import itertools
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..steps import Steps, run, run_async
 
-__all__ = ["FLUSH_AFTER", "arm", "unchanged"]
+__all__ = ["FLUSH_AFTER", "arm", "drain", "unchanged"]
 
 log = logging.getLogger("smoothclient.pacing")
 
@@ -70,6 +82,15 @@ class _Thread:
                 flush = heapq.heappop(self.due)[2]
             _call(flush)
 
+    def now(self) -> None:
+        """Call every armed flush at once (the interpreter exits: its daemon thread with it)."""
+        if self.pid != os.getpid():
+            return
+        with self.cond:
+            due, self.due = self.due, []
+        for _, _, flush in sorted(due):
+            _call(flush)
+
 
 def _call(flush: Callable[[], object]) -> None:
     try:
@@ -80,7 +101,12 @@ def _call(flush: Callable[[], object]) -> None:
 
 _THREAD = _Thread()
 os.register_at_fork(after_in_child=_THREAD.reset)
+atexit.register(_THREAD.now)
 _TASKS: set[asyncio.Task[None]] = set()  # (a task the loop holds only weakly must not vanish)
+#: The cells with a flush armed on each loop, until it has written (or found nothing due).
+_PENDING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Deferring]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Deferring(Protocol):
@@ -114,12 +140,19 @@ def arm(cell: Deferring) -> None:
         _THREAD.arm(lambda: run(cell.update(unchanged)) if _due(cell) else None)
         return
 
+    pending = _PENDING.get(loop)
+    if pending is None:
+        pending = _PENDING[loop] = {}
+    pending[id(cell)] = cell
+
     async def flush() -> None:
         try:
             if _due(cell):
                 await run_async(cell.update(unchanged))
         except Exception:
             log.debug("writing deferred answers failed", exc_info=True)
+        if pending.get(id(cell)) is cell and not cell.armed:  # (armed again: pending still)
+            del pending[id(cell)]
 
     def start() -> None:
         task = loop.create_task(flush())
@@ -127,3 +160,27 @@ def arm(cell: Deferring) -> None:
         task.add_done_callback(_TASKS.discard)
 
     loop.call_later(FLUSH_AFTER, start)
+
+
+def drain(loops: object) -> None:
+    """
+    Write at once what waits on the running loop's cells whose link's loop clients are ``loops``.
+
+    Called as the loop shuts its async generators down, before its client closes: the loop's
+    armed flushes would never run (``asyncio.run`` closes the loop at its last answer).  With
+    the sync client, blocking the loop that once: ``redis.asyncio`` starts async generators of
+    its own, which a loop past ``shutdown_asyncgens`` warns of and never finalizes.
+    """
+    loop = asyncio.events._get_running_loop()
+    pending = {} if loop is None else _PENDING.get(loop, {})
+    for key, cell in list(pending.items()):
+        if getattr(cell.link, "loops", None) is not loops:
+            continue
+        del pending[key]
+        _call(functools.partial(_write_if_due, cell))
+
+
+def _write_if_due(cell: Deferring) -> None:
+    """Write what waits on ``cell`` now, with the sync driver, if anything still does."""
+    if _due(cell):
+        run(cell.update(unchanged))

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from ..steps import Trip, on_asyncio
 from .clients import Lazy, async_like, clients_for
+from .flusher import drain
 from .nodes import MAX_PAUSE, Nodes, node_of, pause
 from .scripts import LOST, READ, SAVE, AsyncClusterScript, AsyncScript, ClusterScript, Script, named
 
@@ -106,11 +107,18 @@ def _unmapped(client: Any) -> bool:
     return manager is not None and not manager.slots_cache
 
 
-async def _closing(client: Any, gone: Callable[[], object]) -> AsyncIterator[None]:
-    """Closes ``client`` when its event loop shuts its async generators down (``asyncio.run``)."""
+async def _closing(
+    client: Any, gone: Callable[[], object], loops: object = None
+) -> AsyncIterator[None]:
+    """
+    Closes ``client`` when its event loop shuts its async generators down (``asyncio.run``).
+
+    What waits on the loop's cells of ``loops`` (its :class:`LoopClients`) is written first.
+    """
     try:
         yield
     finally:
+        drain(loops)
         gone()
         if hasattr(client, "nodes_manager"):  # a cluster's client closes its nodes' pools
             await client.aclose()
@@ -224,7 +232,7 @@ class LoopClients:
                 client, keeper = self.given, None
             else:
                 client = self.make()
-                keeper = _closing(client, functools.partial(self._loops.pop, loop, None))
+                keeper = _closing(client, functools.partial(self._loops.pop, loop, None), self)
                 await keeper.__anext__()  # the loop finalizes it at shutdown: client closed
             script = AsyncClusterScript if hasattr(client, "nodes_manager") else AsyncScript
             entry = (script(client, SAVE), script(client, READ), keeper)
