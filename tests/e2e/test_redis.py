@@ -827,6 +827,7 @@ def test_a_paced_request_costs_one_round_trip(server: RedisServer, driver: str) 
 
     def check() -> None:
         assert _evalsha_calls(server) - before == 5
+        assert isinstance(tracker.cell, RedisCell)
         assert tracker.cell.deferred  # the last answer waits for the next step
         assert tracker.cell.mine == [0, 0]  # yet this process counts it answered at once
 
