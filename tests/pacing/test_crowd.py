@@ -121,6 +121,10 @@ def test_a_full_window_not_cut_for_a_while_grows_by_one_a_success() -> None:
     o.in_flight = 3
     crowd.served(o, S, now + 0.05, sent_at=now - 0.05)
     assert o.crowd_window == 4.25
+    # a shared store's window counts the fleet's places: nobody holds them unseen
+    o.crowd_window, o.crowded_at, o.in_flight = 4.0, 10.0, 3
+    crowd.served(o, st.Settings(probe=0, shared=True), 20.0, sent_at=19.9)
+    assert o.crowd_window == 4.25
 
 
 def test_a_full_window_holds_requests_and_frees_a_place_per_answer() -> None:
