@@ -161,3 +161,41 @@ def test_outcome_of_each_way_a_call_ends() -> None:
     assert outcome_of(CallEnded("o", CallRecord(attempts=1), status=404)) == "status"
     assert outcome_of(CallEnded("o", CallRecord(attempts=2), exception=OSError())) == "error"
     assert outcome_of(CallEnded("o", CallRecord(gave_up="closed"), exception=OSError())) == "unsent"
+    assert outcome_of(CallEnded("o", CallRecord(attempts=0, cache="hit"), status=200)) == "cached"
+    assert outcome_of(CallEnded("o", CallRecord(attempts=0, cache="stale"), status=200)) == "cached"
+    revalidated = CallRecord(attempts=1, cache="revalidated")
+    assert outcome_of(CallEnded("o", revalidated, status=200)) == "success"
+
+
+def test_prometheus_counts_an_http_cache_hit_as_cached(clock: FakeClock) -> None:
+    """The second GET of a fresh response is the cache's: no attempt, outcome ``cached``."""
+    from smoothclient import HttpCache
+
+    registry = CollectorRegistry()
+    metrics = PrometheusHooks(registry=registry)
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, headers={"Cache-Control": "max-age=60"}, content=b"x")
+
+    transport = SmoothTransport(
+        httpx.MockTransport(answer),
+        policy=metrics.apply(POLICY),
+        pacer=Pacer(clock=clock, probe=0),
+        sleep=clock.sleep,
+        cache=HttpCache(clock=clock),
+    )
+    with httpx.Client(transport=transport) as http:
+        assert http.get(f"{ORIGIN}/doc").status_code == 200
+        hit = http.get(f"{ORIGIN}/doc")
+        assert hit.status_code == 200
+        assert hit.read() == b"x"
+    assert len(sent) == 1
+
+    def calls(outcome: str) -> float:
+        return value(registry, "smoothclient_calls_total", origin=ORIGIN, outcome=outcome)
+
+    assert calls("success") == 1
+    assert calls("cached") == 1
+    assert value(registry, "smoothclient_attempts_total", origin=ORIGIN, outcome="success") == 1
