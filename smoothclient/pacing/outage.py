@@ -227,14 +227,14 @@ def release_step(o: OriginState, now: float, rate: float) -> float | None:
     the release grows by :data:`RELEASE_GAIN` of that rate a second (at least
     :data:`MIN_RELEASE_GAIN`: an origin that served a request or two a second, or none, grows
     as a slow start does), a share of it a success at ``rate`` successes a second, not by half
-    a request a success (x1.5 a second): what
-    waited only needs more than the origin served to drain, and a slow start found the
-    origin's capacity by overshooting it.  Each process of a fleet that shares nothing finds
-    it by its own 503s, a quarter of a second or more after the origin's burst ran out, so
-    the fleet's busiest second after an outage held 1.11-1.16 times the origin's capacity
-    (``benchmarks/outage.py``, hard and refused); at this gain, 0.96-1.02.  Draining is
-    slower, within the calls' deadlines: an outage shorter than the deadline is waited out
-    at the rate served before, and every rate above it drains.
+    a request a success (x1.5 a second): what waited only needs more than the origin served
+    to drain, and a slow start found the origin's capacity by overshooting it.  Each process
+    of a fleet that shares nothing finds it by its own 503s, a quarter of a second or more
+    after the origin's burst ran out, so the fleet's busiest second after an outage held
+    1.13-1.16 times the origin's capacity (``benchmarks/outage.py``, hard and refused,
+    medians of 3); at this gain, 0.97-1.01.  Draining is slower, within the calls'
+    deadlines: an outage shorter than the deadline is waited out at the rate served before,
+    and every rate above it drains.
     """
     b = o.outage
     if now >= b.release_until or rate <= b.served:

@@ -171,8 +171,10 @@ def drain(loops: object) -> None:
     the sync client, blocking the loop that once: ``redis.asyncio`` starts async generators of
     its own, which a loop past ``shutdown_asyncgens`` warns of and never finalizes.
     """
-    loop = asyncio.events._get_running_loop()
-    pending = {} if loop is None else _PENDING.get(loop, {})
+    try:
+        pending = _PENDING.get(asyncio.get_running_loop(), {})
+    except RuntimeError:  # (no loop running: nothing of a loop's waits)
+        return
     for key, cell in list(pending.items()):
         if getattr(cell.link, "loops", None) is not loops:
             continue
