@@ -137,7 +137,7 @@ def arm(cell: Deferring) -> None:
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # a thread (sync clients, trio's worker threads)
-        _THREAD.arm(lambda: run(cell.update(unchanged)) if _due(cell) else None)
+        _THREAD.arm(functools.partial(_write_if_due, cell))
         return
 
     pending = _PENDING.get(loop)
