@@ -98,7 +98,8 @@ def observe(
         if o.learned and not failure:
             controller.recovered(o, s, now, sent_at)
     if o.outage.release_until > now - outage.RELEASE:
-        outage.timed(o, s, now, sent_at, ok=status < 400)  # the release's bound in flight
+        # the release's bound in flight
+        outage.timed(o, s, now, sent_at, ok=status < 400, cut=throttled)
 
 
 def _predicted(

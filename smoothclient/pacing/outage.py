@@ -265,7 +265,9 @@ def settled(o: OriginState, now: float) -> None:
             o.ceiling = math.inf
 
 
-def timed(o: OriginState, s: Settings, now: float, sent_at: float | None, *, ok: bool) -> None:
+def timed(
+    o: OriginState, s: Settings, now: float, sent_at: float | None, *, ok: bool, cut: bool
+) -> None:
     """
     An answer while what waited out an outage is released: keep the release's flight bounded.
 
@@ -283,7 +285,7 @@ def timed(o: OriginState, s: Settings, now: float, sent_at: float | None, *, ok:
 
     A failure (``ok`` False) counts only when it took longer than answers do: a 503 from a
     queue that timed out says how long the queue is, one turned away at once says nothing of
-    it.
+    it.  ``cut``: the answer was a throttle, so the rate controller may have cut the rate.
     """
     if sent_at is None or now < sent_at:
         return
@@ -307,9 +309,12 @@ def timed(o: OriginState, s: Settings, now: float, sent_at: float | None, *, ok:
     window = max(floor, window * min(1.0, FLIGHT_GAIN * quickest / smoothed))
     # the gap closed over two answers' times: what is sent now shows in the answers one later
     bound = max(s.learned_floor, answers + (window - o.in_flight) / (2 * smoothed))
-    if rate >= o.unbounded or not ok:
+    if rate >= o.unbounded or cut:
         # the controller grew it past what the bound last held back, or may have cut it (a
-        # failure): its rate stands
+        # throttle): its rate stands.  A failure that cut nothing leaves the bound free to
+        # give back what it held: a brownout's 503s during a release, each one locking in the
+        # bound a backlog of slow answers had set, held 200 calls at 0.5-1 req/s for seconds
+        # after the answers came quick again, past the calls' 10 s deadline
         o.unbounded = rate
     pace = o.pace
     old = pace.interval

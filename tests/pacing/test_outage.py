@@ -266,6 +266,28 @@ def test_a_release_whose_answers_slow_down_is_held_to_its_flight() -> None:
     assert o.pace.rate >= grown  # (the rate the slow start had reached, given back)
 
 
+def test_a_brownouts_quick_503s_do_not_lock_in_what_slow_answers_held_back() -> None:
+    """
+    A failure that cut nothing leaves the bound free to give the rate back.
+
+    Seen on a real server under load: 200 calls queued in a pool of five made the answers
+    slow, the bound held the release at its floor, and each 503 of a brownout (a quick one,
+    below the rate served before: not a throttle) locked that floor in.  The calls crept out
+    at 0.5-4 req/s and some passed their 10 s deadline.
+    """
+    o, now = _reopened()  # served 30/s
+    now = _answers(o, now, 15, 0.5, 20)  # slow answers, many in flight: held back
+    held = o.pace.rate
+    assert held is not None
+    assert held < 15
+    for _ in range(8):  # quick answers again, every other one a 503 turned away at once
+        now += 1 / 30
+        _fail(o, now)
+        now = _answers(o, now, 1, 0.01, 1)
+    assert o.pace.rate is not None
+    assert o.pace.rate >= 30  # (the rate served before, given back)
+
+
 def test_a_quick_origins_jitter_does_not_hold_its_release(monkeypatch: pytest.MonkeyPatch) -> None:
     """A few requests in flight are never held: 1-30 ms answers are a client's own scheduling."""
     rates = []
