@@ -133,15 +133,17 @@ class CohortView:
 
 
 #: An origin failing at least this share of its answers (see :attr:`CohortView.failing`) is in
-#: an episode (a brownout, a deploy, a bad node), and a failure's retries after the first
-#: spread over the time the call has left.  An episode lasts seconds: drawn within the next
-#: second (exponential backoff from 100 ms), all of a call's attempts fell in the same
-#: brownout, and a fleet failed half again as many calls as peers whose fixed backoff happened
-#: to reach past it (``benchmarks/outage.py``'s brownout).  The first retry stays quick: a
-#: request that failed at random succeeds as often retried at once as later, and spread too,
-#: a fleet's calls were served after the brownout that could have been served in it (goodput
-#: in it 42-48 calls/s where the peers had 48-52).  Below the share (a healthy origin's odd
-#: 5xx), every retry stays quick.
+#: an episode (a brownout, a deploy, a bad node), and a failure's last retry spreads over the
+#: time the call has left.  An episode lasts seconds: drawn within the next second
+#: (exponential backoff from 100 ms), all of a call's attempts fell in the same brownout, and
+#: a fleet failed half again as many calls as peers whose fixed backoff happened to reach past
+#: it (``benchmarks/outage.py``'s brownout).  Only the last retry, the one that decides
+#: whether the call fails, is spread: a request that failed at random succeeds as often
+#: retried at once as later, and every retry deferred leaves the origin's capacity idle at the
+#: episode's start (with the retries after the first spread, the fleet sent 96 a second where
+#: the brownout's server admitted 100, and served 49.6 calls/s in it where urllib3's Retry
+#: served 50.1, with the server's failures drawn evenly).  Below the share (a healthy origin's
+#: odd 5xx), every retry stays quick.
 EPISODE_SHARE = 0.25
 
 
@@ -314,7 +316,7 @@ def decide(
     view = cohort or CohortView()
     window = _window(policy, state, shift, view)
     spread = (
-        state.attempt >= 2
+        state.attempt >= max(2, policy.attempts - 1)  # (the last retry, never the first)
         and view.failing >= EPISODE_SHARE
         and shift == (0.0, 0.0)
         and _failure(outcome)
@@ -366,10 +368,10 @@ def _fit_deadline(
     The window cut to the deadline, and a delay drawn from it.
 
     ``spread`` (the origin fails a large share of its answers, see :data:`EPISODE_SHARE`, and
-    this is not the call's first retry): the window reaches at least to the time left over
-    the attempts left (within ``wait_max`` and ``max_retry_after``, the caps of any wait), so
-    the call's remaining attempts spread over what is left of its deadline instead of its
-    next second.
+    this is the call's last retry, not its first): the window reaches at least to the time
+    left over the attempts left (within ``wait_max`` and ``max_retry_after``, the caps of any
+    wait), so the call's last attempt is drawn from what is left of its deadline instead of
+    its next second.
     """
     start, end = window
     if policy.timeout is not None:

@@ -278,13 +278,14 @@ def test_never_exceeds_caps_or_deadline(
 EPISODE = CohortView(failing=0.5)  # an origin failing half its answers: a brownout
 
 
-def test_an_origins_episode_spreads_the_retries_over_the_time_left() -> None:
+def test_an_origins_episode_spreads_the_last_retry_over_the_time_left() -> None:
     """
-    Half the answers failing: the first retry is quick, the ones after it spread.
+    Half the answers failing: the retries are quick but the last, which spreads.
 
     A request that failed at random is retried at once (its retry succeeds as often then as
-    later), and one that failed twice spreads its attempts left over the 10 s left, not 100 ms
-    (the episode may be a stretch of time that fails everything).
+    later, and a retry held back leaves the origin's capacity idle); the call's last attempt,
+    the one that decides whether it fails, is drawn from the whole time left, not the next
+    second (the episode may be a stretch of time that fails everything).
     """
     policy = RetryPolicy(attempts=4, timeout=10.0)
     first = run(
@@ -292,24 +293,40 @@ def test_an_origins_episode_spreads_the_retries_over_the_time_left() -> None:
     )
     assert isinstance(first, Retry)
     assert first.window == pytest.approx((0.0, 0.1))  # the backoff's own
-    d = run(
+    second = run(
         Outcome.from_status(503),
         policy=policy,
-        state=CallState(started=0.0, attempt=2),
+        state=CallState(started=0.0, attempt=2, previous_wait=0.05),
         now=1.0,
         cohort=EPISODE,
     )
-    assert isinstance(d, Retry)
-    assert d.window == pytest.approx((0.0, 9.0 / 2))  # 2 attempts left, 9 s left
-    later = run(
+    assert isinstance(second, Retry)
+    assert second.window[1] <= 0.2 + 1e-9  # still the backoff's own (doubled)
+    last = run(
         Outcome.from_error("connect", sent=False),
         policy=policy,
         state=CallState(started=0.0, attempt=3),
         now=4.0,
         cohort=EPISODE,
     )
-    assert isinstance(later, Retry)
-    assert later.window == pytest.approx((0.0, 6.0))  # the last attempt: anywhere in what is left
+    assert isinstance(last, Retry)
+    assert last.window == pytest.approx((0.0, 6.0))  # the last attempt: anywhere in what is left
+
+
+@pytest.mark.parametrize(("attempts", "spread_from"), [(2, None), (3, 2), (5, 4), (8, 7)])
+def test_only_the_last_retry_of_any_policy_spreads(attempts: int, spread_from: int | None) -> None:
+    """Whatever the attempts, the first retry stays quick and only the last one spreads."""
+    policy = RetryPolicy(attempts=attempts, timeout=60.0, wait_max=60.0)
+    for attempt in range(1, attempts):
+        d = run(
+            Outcome.from_status(503),
+            policy=policy,
+            state=CallState(started=0.0, attempt=attempt),
+            now=1.0,
+            cohort=EPISODE,
+        )
+        assert isinstance(d, Retry)
+        assert (d.window[1] > 30.0) == (attempt == spread_from), attempt
 
 
 @pytest.mark.parametrize(
