@@ -24,6 +24,7 @@ BENCHMARKS = [
     ),
     ("Outages without retry storms: a fleet of 4 against a server that goes down", "outage.py"),
     ("Random throttles: 30% of requests 429 whatever the rate", "noisy.py"),
+    ("Spent quotas: no request into a quota stated spent, refusals at once", "spent_quota.py"),
     ("The OpenAI and Anthropic SDKs against a fake throttling by requests and tokens", "sdks.py"),
 ]
 
