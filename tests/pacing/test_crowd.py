@@ -221,6 +221,33 @@ def test_a_lone_throttle_as_slow_as_a_success_is_a_rate_limit() -> None:
     assert o.lone_at == 1.0
 
 
+def test_a_throttle_sent_before_the_last_cut_shows_no_rate_however_late() -> None:
+    """
+    A wave's last throttle, read late by a loaded client, is no rate's limit.
+
+    A fleet of twelve sent its first wave at once: each process's requests came back turned
+    away, cutting the window to the others still out, and the last came back alone, 95 ms
+    after it was sent against 105 ms a success (the client's event loop late to read what
+    nginx answered at once).  Sent before the cuts, it tells nothing the cuts did not: read
+    as a rate's limit, the process was paced at a request a second for a quiet spell, and the
+    fleet took 2.5-3.2x the ideal time in 11 runs of 19.  A request sent after the cut and
+    turned away alone as slowly still shows a rate's limit.
+    """
+    o = slow(in_flight=3)  # this request and two more of its wave, all sent at 0.9
+    learning.observe(o, S, 429, Hints(), 1.0, sent_at=0.9, counted=True)
+    assert o.crowd_window == 2.0
+    learning.observe(o, S, 429, Hints(), 1.01, sent_at=0.9, counted=True)
+    assert o.crowd_window == 1.0
+    learning.observe(o, S, 429, Hints(), 1.02, sent_at=0.9, counted=True)  # alone, late
+    assert o.crowd_window == 1.0
+    assert o.lone_at < 0
+    assert not o.learned  # the rate controller paces nothing
+    o.in_flight = 1
+    learning.observe(o, S, 429, Hints(), 1.2, sent_at=1.1, counted=True)  # sent after the cut
+    assert o.crowd_window == math.inf
+    assert o.lone_at == 1.2
+
+
 def test_a_window_below_one_is_cut_once_a_round_down_to_the_least() -> None:
     o = slow(in_flight=0)
     assert crowd.crowded(o, S, 1.0, counted=True, sent_at=0.997)
