@@ -582,20 +582,24 @@ def _fleet_child(
         queue.put((calls, now, now))
 
 
-def run_fleet(
-    name: str, mode: str, url: str, procs: int, calls: int, timeout: float
-) -> tuple[int, float, float]:
+def spawn_fleet(
+    child: Callable[..., None], args: tuple[Any, ...], procs: int, wait: float
+) -> list[Any]:
+    """
+    Run ``child(*args, barrier, queue)`` in ``procs`` spawned processes; what each put.
+
+    Each child does its start-up, waits at the barrier (so the fleet starts together) and
+    puts one result on the queue.  Results not put within ``wait`` seconds are missing; a
+    process still alive then is terminated.
+    """
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(procs)
     queue = ctx.Queue()
-    workers = [
-        ctx.Process(target=_fleet_child, args=(name, mode, url, calls, timeout, barrier, queue))
-        for _ in range(procs)
-    ]
+    workers = [ctx.Process(target=child, args=(*args, barrier, queue)) for _ in range(procs)]
     for w in workers:
         w.start()
     results = []
-    give_up = time.monotonic() + timeout + 150  # start-up, the barrier, then the cell itself
+    give_up = time.monotonic() + wait
     for _ in range(procs):
         try:
             results.append(queue.get(timeout=max(1.0, give_up - time.monotonic())))
@@ -606,6 +610,15 @@ def run_fleet(
         if w.is_alive():
             w.terminate()
             w.join(5)
+    return results
+
+
+def run_fleet(
+    name: str, mode: str, url: str, procs: int, calls: int, timeout: float
+) -> tuple[int, float, float]:
+    args = (name, mode, url, calls, timeout)
+    # (start-up, the barrier, then the cell itself)
+    results = spawn_fleet(_fleet_child, args, procs, timeout + 150)
     failures = sum(r[0] for r in results) + calls * (procs - len(results))
     if not results:
         return failures, 0.0, timeout

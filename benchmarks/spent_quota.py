@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing as mp
 import os
 import statistics
 import sys
@@ -48,6 +47,7 @@ import httpx
 import requests
 import urllib3
 from limiter_servers import Running, Skip, express_rate_limit, slowapi_server
+from limiters import spawn_fleet
 
 import smoothclient
 
@@ -129,21 +129,8 @@ def _child(name: str, url: str, calls: int, barrier: Any, queue: Any) -> None:
 
 
 def _fleet(name: str, url: str) -> list[float]:
-    ctx = mp.get_context("spawn")
-    barrier, queue = ctx.Barrier(PROCS), ctx.Queue()
-    each = CALLS // PROCS
-    workers = [
-        ctx.Process(target=_child, args=(name, url, each, barrier, queue)) for _ in range(PROCS)
-    ]
-    for w in workers:
-        w.start()
-    times: list[float] = []
-    for _ in workers:
-        with contextlib.suppress(Exception):
-            times += queue.get(timeout=120)
-    for w in workers:
-        w.join(10)
-    return times
+    results = spawn_fleet(_child, (name, url, CALLS // PROCS), PROCS, 120)
+    return [t for times in results for t in times]
 
 
 @dataclass
