@@ -38,7 +38,7 @@ from ..errors import RateLimited
 from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
 from ..pacing import outage
-from ..pacing.scopes import names_new_scopes
+from ..pacing.scopes import Bound, names_new_scopes
 from ..pacing.steps import Steps, Trip, answer, answer_async, boxed
 from ..pacing.store import Tracker, stepwise
 from ..policy import RetryBudget, RetryPolicy
@@ -274,6 +274,7 @@ class CallFlow:
             # a wait drawn before the origin had a rate: the slot is asked for at its end, so
             # a rate learned meanwhile (from the answers to the rest of a herd) paces it too
             yield self._sleep(backoff)
+        polled = False
         while True:
             if self.rebind is not None:  # the scopes learned since bind the request too
                 self.tracker = (yield from self.rebind(False)) or self.base
@@ -285,7 +286,10 @@ class CallFlow:
                 down = yield from stepwise(self.tracker).read(outage.down_for(now))
                 return self._refused(admission.delay, now, deadline, down, admission.closed_for)
             if admission.final:
+                if polled and (yield from self._rebound()):
+                    continue  # scopes its wait taught bind it: asked of them too
                 break
+            polled = True
             yield from self._held(admission.delay, now)
             yield self._sleep(admission.delay)
         if admission.delay > 0:
@@ -298,6 +302,23 @@ class CallFlow:
         waited = admission.delay + (now - began)
         if waited > backoff + 1e-9:  # the pacer held it longer than the backoff did
             self.record.pacer_waits.append(waited - backoff)
+        return True
+
+    def _rebound(self) -> Steps[bool]:
+        """
+        Whether scopes learned during a wait bind a request its origin alone just admitted.
+
+        Then the origin's slot is given back, and the request is asked of them all: the answer
+        that ended its wait (a cold-start probe's, say) may have named a quota that is spent,
+        and learned after the request was last bound, it was sent into it.
+        """
+        if self.rebind is None or isinstance(self.tracker, Bound):
+            return False
+        bound = yield from self.rebind(False)
+        if bound is None:
+            return False
+        self.tracker.cancel()
+        self.tracker = bound
         return True
 
     def _held(self, delay: float, now: float, tracker: Tracker | None = None) -> Steps[bool]:

@@ -288,11 +288,10 @@ class Pacer:
         ``route_of(request)`` gives its method and path, asked for only when the origin has
         scopes or a scope function applies.  ``scope`` overrides the pacer's function.
         ``late``: the request was admitted by its origin alone and a response named scopes: a
-        tracker over the origin alone that learns them (never ``None``).  ``fresh``: with a
-        shared store, what other processes learned of the route is looked up even when this
-        process has no copy of the origin's state yet (a request about to wait for its slot),
-        in a copy at most the store's trust period old; else only in a copy it has (the fast
-        lane's).
+        tracker over the origin alone that learns them (never ``None``).  With a shared
+        store, what other processes learned of the route is looked up in this process's copy
+        of the origin's state (at most the store's trust period old; read first when it has
+        none: :meth:`_told`), ``fresh`` or not.
         """
         routed = self._route(origin, request, route_of, scope, late)
         if routed is None:
@@ -300,7 +299,7 @@ class Pacer:
         book, route, given = routed
         told = None
         if self.shared and not late:
-            told = yield from self._told(origin, route, book, fresh)
+            told = yield from self._told(origin, route, book)
         found = self._pairs(origin, book, route, given, late, told)
         if found is None:
             return None
@@ -373,14 +372,20 @@ class Pacer:
         return Bound(tracker, pairs, given=given, route=route, book=book, origin_bound=origin_bound)
 
     def _told(
-        self, origin: str, route: str, book: OriginScopes | None, fresh: bool
+        self, origin: str, route: str, book: OriginScopes | None
     ) -> Steps[tuple[str, ...] | None]:
-        """A shared store: the scopes another process learned on ``route``, if this one has not."""
+        """
+        A shared store: the scopes another process learned on ``route``, if this one has not.
+
+        Looked up in this process's copy of the origin's state, read first when it has none:
+        the request's first look at the origin (for its slot) would read it next anyway.
+        Looked up in a copy only, the first request of a fleet's process that started as
+        another's answer named a spent quota (a cold-start probe's) was bound by the origin
+        alone, admitted, and sent into the quota.
+        """
         if book is not None and book.routes.peek(route) is not None:
             return None
-        tracker = self._store.tracker(origin) if fresh else self._store.peek(origin)
-        if tracker is None:
-            return None
+        tracker = self._store.tracker(origin)
         told = yield from stepwise(tracker).read(
             lambda o: o.routes.get(route) if o.routes else None
         )

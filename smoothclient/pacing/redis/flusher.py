@@ -39,9 +39,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..state import OriginState
 from ..steps import Steps, run, run_async
 
-__all__ = ["FLUSH_AFTER", "arm", "drain", "unchanged"]
+__all__ = ["FLUSH_AFTER", "always", "answered", "arm", "drain", "unchanged"]
 
 log = logging.getLogger("smoothclient.pacing")
 
@@ -51,6 +52,23 @@ FLUSH_AFTER = 0.05
 
 def unchanged(_o: object, _s: object) -> None:
     """A step that changes nothing: a write of what the copy holds (and what waits on it)."""
+
+
+def always(_o: object) -> bool:
+    """An update that may always wait for the next step (``RedisCell.record_attempt``)."""
+    return True
+
+
+def answered(o: OriginState) -> None:
+    """
+    The key's origin answered: its state is known (a request ended, ``RedisCell.count``).
+
+    Written at once (:func:`arm` ``at_once``), not with the next step: a cold-start probe's
+    answer that taught its origin nothing else (a 429 naming its quota: the quota's scope
+    learned it) left the origin unknown in Redis, and the fleet's other processes waited
+    behind the probe for all of ``Pacer(probe=...)`` (250 ms) before they looked again.
+    """
+    o.known = True
 
 
 class _Thread:
@@ -66,12 +84,12 @@ class _Thread:
         """In a child just forked: no thread, nothing due, a fresh lock."""
         self.__init__()  # type: ignore[misc]
 
-    def arm(self, flush: Callable[[], object]) -> None:
+    def arm(self, flush: Callable[[], object], after: float) -> None:
         with self.cond:
             if self.pid != os.getpid():
                 self.pid = os.getpid()
                 threading.Thread(target=self._run, name="smoothclient-flush", daemon=True).start()
-            heapq.heappush(self.due, (time.monotonic() + FLUSH_AFTER, next(self.order), flush))
+            heapq.heappush(self.due, (time.monotonic() + after, next(self.order), flush))
             self.cond.notify()
 
     def _run(self) -> None:
@@ -128,16 +146,18 @@ def _due(cell: Deferring) -> bool:
     return bool(cell.deferred) and bool(cell.link.up_for(cell.redis_key))
 
 
-def arm(cell: Deferring) -> None:
+def arm(cell: Deferring, *, at_once: bool = False) -> None:
     """
-    Write what waits on ``cell`` in :data:`FLUSH_AFTER`, if its own next step has not.
+    Write what waits on ``cell`` in :data:`FLUSH_AFTER` (or ``at_once``), unless a step did.
 
-    On a running asyncio loop, as a task of that loop; else on the flusher's thread.
+    On a running asyncio loop, as a task of that loop; else on the flusher's thread (the
+    caller goes on: a write at once is the flusher's, not the caller's round trip).
     """
+    after = 0.0 if at_once else FLUSH_AFTER
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # a thread (sync clients, trio's worker threads)
-        _THREAD.arm(functools.partial(_write_if_due, cell))
+        _THREAD.arm(functools.partial(_write_if_due, cell), after)
         return
 
     pending = _PENDING.get(loop)
@@ -159,7 +179,7 @@ def arm(cell: Deferring) -> None:
         _TASKS.add(task)
         task.add_done_callback(_TASKS.discard)
 
-    loop.call_later(FLUSH_AFTER, start)
+    loop.call_later(after, start)
 
 
 def drain(loops: object) -> None:

@@ -2,9 +2,9 @@
 What a key of the Redis store is called and holds beyond the state's rules.
 
 Its name (:func:`redis_key`: hash-tagged by origin, so an origin's keys share a cluster's
-slot), how long it outlives its state (:func:`horizon`), how a process's plain successes
-join the state it writes (:func:`merge_successes`), and the other processes' counts read from
-it (:func:`others_of`).
+slot), how long it outlives its state (:func:`horizon`), how long a process trusts its copy
+of it (:func:`trusted_for`), how a process's plain successes join the state it writes
+(:func:`merge_successes`), and the other processes' counts read from it (:func:`others_of`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from collections import deque
 from typing import Any
 
 from ..codec import KEEP
-from ..state import MAX_SUCCESSES, OriginState, Settings
+from ..crowd import asks_again
+from ..state import MAX_SUCCESSES, PROBE_POLL, OriginState, Settings
 
 __all__ = [
     "COHORT_TTL",
@@ -26,6 +27,7 @@ __all__ = [
     "merge_successes",
     "others_of",
     "redis_key",
+    "trusted_for",
 ]
 
 #: Keys outlive the last time their state matters by this much (seconds).
@@ -42,6 +44,24 @@ def horizon(o: OriginState, settings: Settings, now: float) -> float:
     ends += [t for t in (o.reset_at, o.probe_until) if t is not None]
     latest = max((t for t in ends if math.isfinite(t)), default=now)
     return min(max(0.0, latest - now), 7 * 86400.0) + LINGER
+
+
+def trusted_for(o: OriginState, trust: float) -> float:
+    """
+    How long a process trusts its copy ``o`` of a key (seconds): ``trust``, or less.
+
+    A crowd window's held requests ask again a quarter of a service time apart
+    (:func:`~..crowd.asks_again`).  Behind a cold-start probe, :data:`~..state.PROBE_POLL`:
+    its answer is what the others wait for, and a copy trusted ``trust`` (0.1 s) kept each
+    process's waiters from seeing it until then.  (The copy is the process's: its waiters
+    read the key at most once a poll between them, whatever their number.)
+    """
+    again = asks_again(o)
+    if again is not None:
+        trust = min(trust, again)
+    if not o.known and o.probe_until is not None:
+        trust = min(trust, PROBE_POLL)
+    return trust
 
 
 def redis_key(key: str, prefix: str = "smoothclient") -> str:

@@ -24,15 +24,14 @@ from typing import Any, TypeVar
 from ...policy import RetryBudget
 from .. import admission as adm
 from ..codec import clamped, dump, load
-from ..crowd import asks_again
 from ..state import MAX_SUCCESSES, OriginState, Settings
 from ..steps import Steps, Trip, run
 from ..store import Later, MemoryCell, Step
-from .flusher import arm, unchanged
-from .keyspace import COHORT_TTL, LINGER, horizon, merge_successes, others_of, redis_key
+from .flusher import always, answered, arm, unchanged
+from .keyspace import COHORT_TTL, horizon, merge_successes, others_of, redis_key, trusted_for
 from .link import Link, _Busy, _Down
 
-__all__ = ["COHORT_TTL", "LINGER", "MAX_DEFERRED", "TRUST", "RedisCell", "redis_key"]
+__all__ = ["COHORT_TTL", "MAX_DEFERRED", "TRUST", "RedisCell", "redis_key"]
 
 log = logging.getLogger("smoothclient.pacing")
 T = TypeVar("T")
@@ -202,10 +201,8 @@ class RedisCell:
         state.processes = 1 + len(self.others)
 
     def _trusted(self) -> bool:
-        """Whether the copy was read or written within TRUST (a crowd window's: asks_again)."""
-        again = asks_again(self.state)
-        trust = TRUST if again is None else min(TRUST, again)
-        return time.monotonic() - self.synced <= trust
+        """Whether the copy was read or written within TRUST, or less (:func:`trusted_for`)."""
+        return time.monotonic() - self.synced <= trusted_for(self.state, TRUST)
 
     def _refresh(self, fresh: bool = False) -> Steps[None]:
         """Read the key if the copy is older than :data:`TRUST` (or ``fresh``)."""
@@ -480,17 +477,22 @@ class RedisCell:
         self.synced = -math.inf
 
     def count(self, waiting: int, in_flight: int, *, known: bool = False) -> None:
-        """A change of this process's counts only: written with its next step."""
+        """A change of this process's counts, written with its next step (``known`` news: now)."""
         with self.lock:
             # its own, whatever store paces it (:meth:`_in_memory`)
             self.mine[0] += waiting
             self.mine[1] += in_flight
+            news, up = known and not self.state.known, self.link.up_for(self.redis_key)
             if known:
                 self.state.known = True
-            if self.link.up_for(self.redis_key):
+            if up:
                 self._count()
+                if news:  # an answer that taught the key nothing else: others wait on it
+                    self.deferred.append(answered)  # (a probe's: :func:`~.flusher.answered`)
             else:
                 self.fallback.count(waiting, in_flight, known=known)
+        if news and up:
+            arm(self, at_once=True)
 
     def read(self, look: Step[T], *, fresh: bool = False) -> Steps[T]:
         """
@@ -592,9 +594,4 @@ class RedisCell:
         def count(o: OriginState, _s: Settings, _counted: bool = False) -> None:
             o.budget(budget).record_request(now)
 
-        return self.update(count, later=(count, False, _always))
-
-
-def _always(_o: OriginState) -> bool:
-    """An update that may always wait for the next step (:meth:`RedisCell.record_attempt`)."""
-    return True
+        return self.update(count, later=(count, False, always))
