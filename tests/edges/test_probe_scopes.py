@@ -10,6 +10,7 @@ The fleet through Redis is in ``tests/e2e/test_redis_probe_scopes.py``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import random
 import threading
@@ -20,7 +21,14 @@ from typing import Any
 import httpx
 import pytest
 
-from smoothclient import Pacer, RateLimited, RetryPolicy, SmoothTransport, record_of
+from smoothclient import (
+    AsyncSmoothTransport,
+    Pacer,
+    RateLimited,
+    RetryPolicy,
+    SmoothTransport,
+    record_of,
+)
 from smoothclient.edges.flow import SEND, CallFlow, Reply, Sleep
 from smoothclient.pacing.steps import Steps
 from smoothclient.pacing.store import Tracker
@@ -193,3 +201,49 @@ def test_one_process_with_threads_waits_only_for_the_probes_answer() -> None:
         assert isinstance(error, RateLimited)
         assert_closed(error)
     assert max(took) < 0.5  # not the probe's 5 s, nor the 1 s deadline
+
+
+def test_one_process_on_asyncio_waits_only_for_the_probes_answer() -> None:
+    """The same with tasks on one loop through an async transport."""
+    pacer = Pacer(probe=PROBE)
+
+    async def main() -> tuple[int, list[BaseException], list[float]]:
+        arrived, release = asyncio.Event(), asyncio.Event()
+        sent: list[float] = []
+
+        async def handler(request: httpx.Request) -> httpx.Response:
+            sent.append(time.monotonic())
+            arrived.set()
+            await asyncio.wait_for(release.wait(), 2.0)
+            return httpx.Response(429, headers=SPENT)
+
+        transport = AsyncSmoothTransport(
+            httpx.MockTransport(handler), policy=RetryPolicy(timeout=1.0), pacer=pacer
+        )
+        took: list[float] = []
+        errors: list[BaseException] = []
+        async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+
+            async def call() -> None:
+                began = time.monotonic()
+                try:
+                    await client.get("/work")
+                except Exception as exc:
+                    errors.append(exc)
+                took.append(time.monotonic() - began)
+
+            first = asyncio.create_task(call())
+            await asyncio.wait_for(arrived.wait(), 2.0)
+            waiters = [asyncio.create_task(call()) for _ in range(3)]
+            await asyncio.sleep(0.05)
+            release.set()
+            await asyncio.wait_for(asyncio.gather(first, *waiters), 5.0)
+        return len(sent), errors, took
+
+    sent, errors, took = asyncio.run(main())
+    assert sent == 1
+    assert len(errors) == 3
+    for error in errors:
+        assert isinstance(error, RateLimited)
+        assert_closed(error)
+    assert max(took) < 0.5

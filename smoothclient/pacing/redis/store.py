@@ -21,7 +21,9 @@ atomic across the fleet.
 - **Cohort counts** (waiting, in flight) are kept per process with the time each process
   last wrote them; counts older than :data:`COHORT_TTL` are dropped, so a crashed process's
   counts fade.  Sending, cancelling and failing change only this process's counts, written
-  with its next step.
+  with its next step; but a key's first answer that taught it nothing else (a cold-start
+  probe's 429 naming its quota: the quota's scope learned it) is written at once: the others
+  wait behind that probe until they read it.
 - **A paced request costs one round trip**: its slot (a write that checks the version, which
   needs no read first when nobody else wrote).  Its answer, when the others can learn of it a
   step later (:func:`~..learning.can_wait`: a success with quota left), is taken on this
@@ -34,7 +36,8 @@ atomic across the fleet.
   way: written at once, it held the send behind the key's turn (a herd's sends went up to
   0.6 s after their slots and arrived together, past a bucket's burst).
 - **Healthy origins cost nothing**: the fast lane trusts this process's copy for
-  :data:`TRUST` seconds before it reads the key again.
+  :data:`TRUST` seconds before it reads the key again (behind a cold-start probe, for a
+  poll: :func:`~.keyspace.trusted_for`).
 - **Faults fail open**: Redis down, slow (over ``timeout``) or erroring, and the store falls
   back to this process's memory at once, from the last state it saw; it logs one warning per
   outage, tries Redis again after a jittered backoff, and never raises into a call.  The
