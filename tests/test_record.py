@@ -112,9 +112,9 @@ def test_a_call_held_for_an_outage_says_so(clock: FakeClock) -> None:
     """The record counts the time held while the origin was down; the retry's reason says it."""
     pacer = Pacer(clock=clock, probe=0)
     tracker = pacer.track("https://api.test:443")
-    for _ in range(12):  # the origin fails every request for a while: down
+    for _ in range(12):  # the origin fails every request for a second: down
         tracker.observe(503, Hints(), clock(), counted=False)
-        clock.sleep(0.05)
+        clock.sleep(0.1)
     with client(clock, [503, 200], pacer) as c:
         response = c.get(URL)
     record = record_of(response)

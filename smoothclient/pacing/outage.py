@@ -7,11 +7,11 @@ the rest of the model: a store applies them atomically (see ``docs/outages.md``)
 The law, in three parts:
 
 1. **Down.**  :data:`DOWN_AFTER` failures in a row (500, 502, 503, 504, refused
-   connections, timeouts) over at least :data:`MIN_SPAN`, with no success between them, or a
-   503 with ``Retry-After``, mark the
-   origin down.  Runs that long are rare when an origin fails only part of its requests (at
-   half of them, one run in 2**12), so a brownout keeps its retries; a dead origin trips it in
-   a fraction of a second at any real rate.
+   connections, timeouts) with no success between them, over a span long enough that the
+   origin's success rate before the run would have shown a success in it but for a chance
+   in 10**4 (:func:`run_span`), or a 503 with ``Retry-After``, mark the origin down.  Such a
+   run is rare when an origin fails only part of its requests, so a brownout keeps its
+   retries; a dead origin trips it within a second at any real rate.
 2. **Probes, not retries.**  While down, the origin's gate is closed: calls that still have
    deadline left wait without sending (first attempts and retries alike), and one request at
    a time goes as a probe when the gate opens.  A failed probe closes it again for a longer,
@@ -52,6 +52,7 @@ __all__ = [
     "failing_share",
     "is_failure",
     "release_step",
+    "run_span",
     "settled",
     "taken",
     "timed",
@@ -62,6 +63,11 @@ DOWN_AFTER = 12
 #: ... over at least this long (seconds): a herd's answers, all failed within a few
 #: milliseconds, say nothing of how long the origin fails.
 MIN_SPAN = 0.25
+#: ... and over at most this long, whatever the origin served before (see :func:`run_span`).
+MAX_SPAN = 1.0
+#: How unlikely (as ``-ln`` of the chance) a span without any success must be at the success
+#: rate the origin had before the run: 9.2 is a chance of 10**-4 (see :func:`run_span`).
+RUN_EVIDENCE = 9.2
 #: The widest gap between probes: an origin back is found within about this long.
 MAX_PROBE_GAP = 1.0
 #: After reopening, a 5xx counts as a throttle (it cuts the release rate) for this long.
@@ -155,7 +161,7 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
         _close(o, now + _jittered(b.gap, now))
         return False
     span = now - b.first_fail
-    if (b.fails >= DOWN_AFTER and span >= MIN_SPAN) or closed:
+    if (b.fails >= DOWN_AFTER and span >= run_span(o)) or closed:
         b.down_since, b.gap, b.probes = now, PROBE_GAP, 0
         if span > 0 and b.served < 1:  # an origin that never served: its failures' rate
             b.served = b.fails / span
@@ -165,6 +171,28 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
     # below that rate its 5xx are not this client's doing (a brownout's cut it to the floor)
     rate = o.pace.rate
     return now < b.release_until and rate is not None and rate > 1.1 * b.served
+
+
+def run_span(o: OriginState) -> float:
+    """
+    How long a run of failures must last to mark the origin down (MIN_SPAN to MAX_SPAN).
+
+    Long enough that, at the rate the origin's successes came in the second before the run
+    began, a span without one has a chance of ``exp(-RUN_EVIDENCE)``.  Counting failures
+    alone is not enough: in a brownout that fails more than half of what is sent (half of
+    what the server admits, and all it sheds past its capacity) a process sees a dozen
+    failures in a row every few seconds, and a fleet sharing a store, with four times the
+    answers, more often still (``benchmarks/outage.py``'s brownout: each false trip held a
+    process's calls behind probes for up to a second).  An origin that served its
+    clients well before it died is found out as quickly as before; one that served little
+    takes up to :data:`MAX_SPAN`.
+    """
+    start = o.outage.first_fail
+    successes = o.successes
+    before = bisect.bisect_left(successes, start) - bisect.bisect_left(successes, start - 1.0)
+    if before <= 0:
+        return MAX_SPAN
+    return min(MAX_SPAN, max(MIN_SPAN, RUN_EVIDENCE / before))
 
 
 def _close(o: OriginState, until: float) -> None:

@@ -10,7 +10,15 @@ from smoothclient.hints import Hints
 from smoothclient.pacing import learning, outage
 from smoothclient.pacing.admission import acquire, cohort, healthy, try_now, view
 from smoothclient.pacing.codec import dump, load
-from smoothclient.pacing.outage import DOWN_AFTER, MAX_PROBE_GAP, failed
+from smoothclient.pacing.outage import (
+    DOWN_AFTER,
+    MAX_PROBE_GAP,
+    MAX_SPAN,
+    MIN_SPAN,
+    RUN_EVIDENCE,
+    failed,
+    run_span,
+)
 from smoothclient.pacing.state import OriginState, Settings
 
 S = Settings()
@@ -37,13 +45,66 @@ def test_a_run_of_failures_marks_the_origin_down_and_closes_its_gate() -> None:
     for i in range(DOWN_AFTER - 1):
         _fail(o, t + i * 0.05)
     assert o.outage.down_since is None  # one short: still up
-    now = t + 0.4
+    now = t + 0.6
     assert healthy(o, now)
     _fail(o, now)
     assert o.outage.down_since == now
     assert not healthy(o, now)
     assert o.gate > now
     assert view("o", o, now + 0.1).down_for == pytest.approx(0.1)
+
+
+def test_the_run_must_outlast_what_the_success_rate_before_it_makes_likely() -> None:
+    """
+    At 20 successes a second before it, a run must last 9.2 / 20 = 0.46 s; at 60, the floor.
+
+    A dozen failures in a quarter second say an origin that served 60 a second died; of one
+    that served 20, they may be a brownout's bad luck.
+    """
+    for rate, span in ((20, RUN_EVIDENCE / 20), (60, MIN_SPAN), (5, MAX_SPAN)):
+        o = OriginState()
+        t = _served(o, rate, 1.0)
+        for i in range(DOWN_AFTER):
+            _fail(o, t + i * 0.001)
+        assert run_span(o) == pytest.approx(span, abs=0.01)
+        _fail(o, t + span - 0.02)
+        assert o.outage.down_since is None
+        _fail(o, t + span + 0.001)
+        assert o.outage.down_since == t + span + 0.001
+
+
+def test_an_origin_that_had_no_success_before_the_run_takes_the_longest_span() -> None:
+    """Nothing served before the run (a new client, a quiet one): a second of failures."""
+    o = OriginState()
+    for i in range(DOWN_AFTER + 8):
+        _fail(o, 1.0 + i * 0.05)
+    assert o.outage.down_since is None
+    _fail(o, 1.0 + MAX_SPAN)
+    assert o.outage.down_since == 1.0 + MAX_SPAN
+
+
+def test_a_brownout_shedding_past_its_capacity_is_not_marked_down() -> None:
+    """
+    Two failures in three (half of what the server admits, all it sheds): no trip in 60 s.
+
+    A dozen in a row comes every few seconds at that share; a run as long as the success rate
+    before it asks for (about 0.8 s here) does not.  Seeded: the same draws every run.
+    """
+    rng = random.Random(7)
+    o = OriginState()
+    t = _served(o, 10, 1.0)
+    longest = run = 0
+    for _ in range(60 * 30):  # 30 answers a second for a minute
+        t += rng.expovariate(30)
+        if rng.random() < 2 / 3:
+            _fail(o, t)
+            run += 1
+            longest = max(longest, run)
+        else:
+            learning.observe(o, S, 200, Hints(), t, sent_at=t, counted=False)
+            run = 0
+        assert o.outage.down_since is None
+    assert longest >= DOWN_AFTER  # (the old rule, a dozen in a quarter second, tripped)
 
 
 def test_a_herds_failures_within_milliseconds_do_not_mark_it_down() -> None:

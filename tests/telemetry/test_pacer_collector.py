@@ -26,9 +26,10 @@ def test_an_origin_down_and_its_budget_spent_show_in_the_gauges(clock: FakeClock
         tracker.record_attempt(budget, clock())
     assert _sample(registry, "origin_retries_left") == pytest.approx(2.0)
     assert _sample(registry, "origin_down_seconds") == 0.0
-    for _ in range(12):  # every request fails for a while: down
+    for i in range(12):  # every request fails for a second: down
+        if i:
+            clock.advance(0.1)
         tracker.observe(503, Hints(), clock(), counted=False)
-        clock.advance(0.05)
     assert tracker.try_retry(budget, clock())
     assert tracker.try_retry(budget, clock())
     clock.advance(0.2)
@@ -79,9 +80,10 @@ def test_the_same_gauges_are_observable_in_opentelemetry(clock: FakeClock) -> No
     provider = MeterProvider(metric_readers=[reader])
     observe_pacer(pacer, meter=provider.get_meter("test"))
     tracker = pacer.track(ORIGIN)
-    for _ in range(12):  # every request fails for a while: down
+    for i in range(12):  # every request fails for a second: down
+        if i:
+            clock.advance(0.1)
         tracker.observe(503, Hints(), clock(), counted=False)
-        clock.advance(0.05)
     clock.advance(0.2)
     data = reader.get_metrics_data()
     assert data is not None
