@@ -7,11 +7,11 @@ the rest of the model: a store applies them atomically (see ``docs/outages.md``)
 The law, in three parts:
 
 1. **Down.**  :data:`DOWN_AFTER` failures in a row (500, 502, 503, 504, refused
-   connections, timeouts) with no success between them, over a span long enough that the
-   origin's success rate before the run would have shown a success in it but for a chance
-   in 10**4 (:func:`run_span`), or a 503 with ``Retry-After``, mark the origin down.  Such a
-   run is rare when an origin fails only part of its requests, so a brownout keeps its
-   retries; a dead origin trips it within a second at any real rate.
+   connections, timeouts) with no success between them, over at least :data:`MIN_SPAN`,
+   and a run that what the origin answered just before makes a chance of 1 in 10**4
+   (:func:`is_news`), or a 503 with ``Retry-After``, mark the origin down.  Such a run is
+   rare when an origin fails only part of its requests, so a brownout keeps its retries; an
+   origin that served well and died trips it in a quarter second, any other within one.
 2. **Probes, not retries.**  While down, the origin's gate is closed: calls that still have
    deadline left wait without sending (first attempts and retries alike), and one request at
    a time goes as a probe when the gate opens.  A failed probe closes it again for a longer,
@@ -51,6 +51,7 @@ __all__ = [
     "failed",
     "failing_share",
     "is_failure",
+    "is_news",
     "release_step",
     "run_span",
     "settled",
@@ -93,6 +94,8 @@ MIN_RELEASE_GAIN = 1.0
 SMOOTHING = 0.25
 #: Failures (a second's, decayed) below which :func:`failing_share` says nothing.
 EPISODE_EVIDENCE = 4.0
+#: What a second's failures spread evenly over it count for, decayed (see :func:`failed`).
+_DECAYED = 1.0 - math.exp(-1.0)
 #: Statuses that say the origin failed the request (not a rate limit, not the client's fault).
 FAILURE_STATUSES = frozenset({500, 502, 503, 504})
 _GOLDEN = 0.6180339887498949
@@ -161,7 +164,7 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
         _close(o, now + _jittered(b.gap, now))
         return False
     span = now - b.first_fail
-    if (b.fails >= DOWN_AFTER and span >= run_span(o)) or closed:
+    if is_news(o, now) or closed:
         b.down_since, b.gap, b.probes = now, PROBE_GAP, 0
         if span > 0 and b.served < 1:  # an origin that never served: its failures' rate
             b.served = b.fails / span
@@ -173,26 +176,53 @@ def failed(o: OriginState, *, now: float, closed: bool = False) -> bool:
     return now < b.release_until and rate is not None and rate > 1.1 * b.served
 
 
+def is_news(o: OriginState, now: float) -> bool:
+    """
+    Whether the run of failures under way marks the origin down at ``now``.
+
+    :data:`DOWN_AFTER` failures over at least :data:`MIN_SPAN`, and a run that the origin's
+    answers in the second before it began make a chance of ``exp(-RUN_EVIDENCE)`` (1 in
+    10**4) or less: by its length (:func:`run_span`), or by its count at the share of those
+    answers that failed (a dozen in a row is news from an origin that failed none, not from
+    one failing two in three).  Counting to a dozen alone is not enough: in a brownout that
+    fails more than half of what is sent (half of what the server admits, and all it sheds
+    past its capacity) a process sees a dozen in a row every few seconds, and a fleet sharing
+    a store, with four times the answers, more often still (``benchmarks/outage.py``'s
+    brownout: each false trip held a process's calls behind probes for up to a second).
+    """
+    b = o.outage
+    span = now - b.first_fail
+    if b.fails < DOWN_AFTER or span < MIN_SPAN:
+        return False
+    if span >= run_span(o):
+        return True
+    ok = _served_before(o)
+    # the failures of the second before the run: its decayed count (``served`` less the
+    # successes) undoes the decay of failures spread over that second; then their share,
+    # leaning to failure (two more assumed)
+    failed = max(0.0, b.served - ok) / _DECAYED
+    failing = (failed + 2.0) / (failed + ok + 2.0)
+    return b.fails * -math.log(failing) >= RUN_EVIDENCE
+
+
 def run_span(o: OriginState) -> float:
     """
-    How long a run of failures must last to mark the origin down (MIN_SPAN to MAX_SPAN).
+    How long a run of failures lasts before its length alone is news (MIN_SPAN to MAX_SPAN).
 
     Long enough that, at the rate the origin's successes came in the second before the run
-    began, a span without one has a chance of ``exp(-RUN_EVIDENCE)``.  Counting failures
-    alone is not enough: in a brownout that fails more than half of what is sent (half of
-    what the server admits, and all it sheds past its capacity) a process sees a dozen
-    failures in a row every few seconds, and a fleet sharing a store, with four times the
-    answers, more often still (``benchmarks/outage.py``'s brownout: each false trip held a
-    process's calls behind probes for up to a second).  An origin that served its
-    clients well before it died is found out as quickly as before; one that served little
-    takes up to :data:`MAX_SPAN`.
+    began, a span without one has a chance of ``exp(-RUN_EVIDENCE)``; :data:`MAX_SPAN` when
+    none came (a new client, a quiet one, an origin already failing).
     """
-    start = o.outage.first_fail
-    successes = o.successes
-    before = bisect.bisect_left(successes, start) - bisect.bisect_left(successes, start - 1.0)
+    before = _served_before(o)
     if before <= 0:
         return MAX_SPAN
     return min(MAX_SPAN, max(MIN_SPAN, RUN_EVIDENCE / before))
+
+
+def _served_before(o: OriginState) -> int:
+    """The successes in the second before the run of failures under way began."""
+    start, successes = o.outage.first_fail, o.successes
+    return bisect.bisect_left(successes, start) - bisect.bisect_left(successes, start - 1.0)
 
 
 def _close(o: OriginState, until: float) -> None:

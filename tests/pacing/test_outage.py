@@ -45,7 +45,7 @@ def test_a_run_of_failures_marks_the_origin_down_and_closes_its_gate() -> None:
     for i in range(DOWN_AFTER - 1):
         _fail(o, t + i * 0.05)
     assert o.outage.down_since is None  # one short: still up
-    now = t + 0.6
+    now = t + 0.4
     assert healthy(o, now)
     _fail(o, now)
     assert o.outage.down_since == now
@@ -54,23 +54,54 @@ def test_a_run_of_failures_marks_the_origin_down_and_closes_its_gate() -> None:
     assert view("o", o, now + 0.1).down_for == pytest.approx(0.1)
 
 
-def test_the_run_must_outlast_what_the_success_rate_before_it_makes_likely() -> None:
-    """
-    At 20 successes a second before it, a run must last 9.2 / 20 = 0.46 s; at 60, the floor.
+def _browned(o: OriginState, ok: int, failed: int, until: float) -> float:
+    """``ok`` successes and ``failed`` failures spread over the second before ``until``."""
+    o.known = True
+    answers = ["ok"] * ok + ["failed"] * failed
+    random.Random(3).shuffle(answers)
+    answers.append("ok")  # (the run begins after ``until``)
+    for i, answer in enumerate(answers):
+        t = until - 1.0 + (i + 1) / len(answers)
+        if answer == "ok":
+            learning.observe(o, S, 200, Hints(), t, sent_at=t, counted=False)
+        else:
+            _fail(o, t)
+    return until
 
-    A dozen failures in a quarter second say an origin that served 60 a second died; of one
-    that served 20, they may be a brownout's bad luck.
+
+def test_a_dozen_failures_are_news_from_an_origin_that_failed_nothing_before() -> None:
+    """An origin that served 20 a second and failed none: down a quarter second in, as ever."""
+    o = OriginState()
+    t = _served(o, 20, 1.0)
+    for i in range(DOWN_AFTER):
+        _fail(o, t + i * 0.01)
+    assert o.outage.down_since is None  # (a dozen in 0.11 s: a herd's, no news yet)
+    _fail(o, t + MIN_SPAN)
+    assert o.outage.down_since == t + MIN_SPAN
+
+
+def test_a_brownouts_run_must_be_unlikely_at_the_share_it_failed_before() -> None:
     """
-    for rate, span in ((20, RUN_EVIDENCE / 20), (60, MIN_SPAN), (5, MAX_SPAN)):
-        o = OriginState()
-        t = _served(o, rate, 1.0)
-        for i in range(DOWN_AFTER):
-            _fail(o, t + i * 0.001)
-        assert run_span(o) == pytest.approx(span, abs=0.01)
-        _fail(o, t + span - 0.02)
-        assert o.outage.down_since is None
-        _fail(o, t + span + 0.001)
-        assert o.outage.down_since == t + span + 0.001
+    Two failures in three the second before: a dozen in a row is no news, 23 are (9.2 / 0.41).
+
+    Or a run that outlasts what 11 successes a second make likely (0.84 s), whichever first.
+    """
+    o = OriginState()
+    t = _browned(o, 10, 20, 1.0)
+    for i in range(20):
+        _fail(o, t + 0.01 + i * 0.02)
+        assert o.outage.down_since is None, i
+    while o.outage.down_since is None:
+        _fail(o, t + 0.01 + o.outage.fails * 0.02)
+    assert o.outage.fails == 23
+    o = OriginState()
+    t = _browned(o, 10, 20, 1.0)
+    for i in range(DOWN_AFTER):
+        _fail(o, t + 0.01 + i * 0.05)
+    assert o.outage.down_since is None
+    assert run_span(o) == pytest.approx(RUN_EVIDENCE / 11, abs=0.01)  # (with the last success)
+    _fail(o, t + 0.011 + run_span(o))
+    assert o.outage.down_since is not None
 
 
 def test_an_origin_that_had_no_success_before_the_run_takes_the_longest_span() -> None:
