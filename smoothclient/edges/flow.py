@@ -30,6 +30,7 @@ from ..engine.decide import (
     GiveUpKind,
     Outcome,
     Retry,
+    asked_for,
     decide,
     ends_call,
     spent,
@@ -123,25 +124,17 @@ def announce(
     record.retries.append(RetryEntry(decision.reason, decision.delay, decision.window, status))
     log.debug(
         "%s: attempt %d: %s; retrying in %.3f s (window %.3f-%.3f s)",
-        describe,
-        state.attempt,
-        decision.reason,
-        decision.delay,
-        *decision.window,
-    )
+        describe, state.attempt, decision.reason, decision.delay, *decision.window,
+    )  # fmt: skip
     hook = policy.on_retry
     if hook is not None:
         hook(
             RetryEvent(
-                origin=origin,
-                attempt=state.attempt,
-                delay=decision.delay,
-                reason=decision.reason,
-                status=status,
-                exception=exception,
+                origin=origin, attempt=state.attempt, delay=decision.delay,
+                reason=decision.reason, status=status, exception=exception,
                 window=decision.window,
             )
-        )
+        )  # fmt: skip
 
 
 class CallFlow:
@@ -198,6 +191,7 @@ class CallFlow:
         self.jittered = False  # the last retry's wait was drawn at random (no rate to pace at)
         self.counted_ahead = False  # the next attempt was counted by the budget when taken
         self.kept = True  # the last response released is still whole (its body in memory)
+        self.released = False  # the last response was released before the retry was decided
 
     def _sleep(self, seconds: float) -> Sleep:
         self.record.waits.append(seconds)
@@ -234,16 +228,21 @@ class CallFlow:
                 except BaseException:  # the edge gave up mid-send (cancelled, unexpected error)
                     tracker.failed()
                     raise
+            self.released = False
             decision, outcome = yield from self._decide(state, result, sent_at)
             if isinstance(decision, GiveUp):
                 if not decision.final:
                     self.record.gave_up = decision.reason
                     self.record.gave_up_kind = decision.kind
                     log.debug("%s: giving up: %s", self.describe, decision.reason)
+                if self.released and not self.kept:  # nothing whole to hand back
+                    refusal = RateLimited(f"{self.describe}: {decision.reason}", retry_after=0.0)
+                    refusal.smoothclient = self.record.as_dict()  # type: ignore[attr-defined]
+                    raise refusal
                 return self.record
             # first: a hook that raises must not leave the response open; the edge says
             # whether the response is still whole (its body read) once released
-            self.kept = (yield DISCARD) is not False
+            yield from self._release()
             error = result.exception if isinstance(result, Failure) else None
             announce(
                 policy, self.record, self.describe, self.origin, state, decision,
@@ -401,7 +400,7 @@ class CallFlow:
         self.jittered = not cohort.paced
         decision = decide(policy, state, outcome, now=now, rng=self.rng, cohort=cohort)
         budget = policy.budget  # checked and taken in one step, only for a real retry
-        if isinstance(decision, Retry) and budget and not _asked_for(outcome):
+        if isinstance(decision, Retry) and budget and not asked_for(outcome):
             room = yield from self._room(decision, state, tracker, budget, now)
             if room is None:
                 return spent(decision), outcome
@@ -416,6 +415,12 @@ class CallFlow:
                 decision, reason=f"{decision.reason}; held for an outage (probes, not retries)"
             )
         return decision, outcome
+
+    def _release(self) -> Generator[Action, Any, None]:
+        """Release the last response (once): the edge says whether it is still whole."""
+        if not self.released:
+            self.released = True
+            self.kept = (yield DISCARD) is not False
 
     def _room(
         self, decision: Retry, state: CallState, tracker: Tracker, budget: RetryBudget, now: float
@@ -437,28 +442,13 @@ class CallFlow:
             pause = BUDGET_WAIT * (0.5 + 0.5 * self.rng.random())
             if deadline is None or self.no_wait or now + pause > deadline:
                 return None
+            yield from self._release()  # (held, it kept a connection others need to make room)
             yield self._sleep(pause)
             waited += pause
             now = self.clock()
         if not waited:
             return decision
         return dataclasses.replace(decision, delay=max(0.0, decision.delay - waited))
-
-
-def _asked_for(outcome: Outcome) -> bool:
-    """
-    A retry that costs the server nothing to budget for.
-
-    One it asked for (429, ``Retry-After``, a spent quota: paced), or one of a request that
-    never left the client's own connection pool.
-    """
-    hints = outcome.hints
-    return (
-        outcome.status == 429
-        or hints.retry_after is not None
-        or hints.exhausted
-        or outcome.error == "pool"
-    )
 
 
 @dataclass(frozen=True, slots=True)

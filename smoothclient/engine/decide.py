@@ -37,6 +37,7 @@ __all__ = [
     "GiveUp",
     "Outcome",
     "Retry",
+    "asked_for",
     "decide",
     "ends_call",
     "retryable_status",
@@ -402,3 +403,19 @@ def _fit_deadline(
         end = min(end, left)
     delay = start if paced else uniform(start, end, rng)
     return Retry(delay, why, (start, end))
+
+
+def asked_for(outcome: Outcome) -> bool:
+    """
+    A retry that costs the server nothing to budget for.
+
+    One it asked for (429, ``Retry-After``, a spent quota: paced), or one of a request that
+    never left the client's own connection pool.
+    """
+    hints = outcome.hints
+    return (
+        outcome.status == 429
+        or hints.retry_after is not None
+        or hints.exhausted
+        or outcome.error == "pool"
+    )

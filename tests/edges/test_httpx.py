@@ -18,8 +18,10 @@ from smoothclient import (
     RetryBudget,
     RetryPolicy,
     SmoothTransport,
+    record_of,
     testing,
 )
+from smoothclient.edges.httpx_transport import RateLimitedError
 from smoothclient.edges.requests_adapter import _origin as requests_origin
 from smoothclient.events import RetryEvent
 from smoothclient.testing import FakeClock
@@ -714,3 +716,51 @@ def test_a_redirect_to_a_503_is_retried_by_a_transport_that_never_reads_the_body
         response = client.get("https://moved.test/a")
     assert response.status_code == 200
     assert sent == ["/a", "/b", "/b"]
+
+
+def test_a_call_waiting_for_budget_room_releases_its_failed_response_first(
+    clock: FakeClock,
+) -> None:
+    """
+    Held while the call waits, a failed response keeps its connection from the pool.
+
+    200 calls each failing once through a pool of 5 timed out that way once the budget held
+    their retries: the attempts that make room for them had no connection to go out on.
+    """
+    events: list[str] = []
+
+    class Body(httpx.SyncByteStream):
+        def __iter__(self) -> Iterator[bytes]:
+            yield b"busy"
+
+        def close(self) -> None:
+            events.append("released")
+
+    def sleep(seconds: float) -> None:
+        events.append("slept")
+        clock.sleep(seconds)
+
+    def transport(headers: dict[str, str]) -> SmoothTransport:
+        return SmoothTransport(
+            httpx.MockTransport(
+                lambda request: httpx.Response(503, headers=headers, stream=Body())
+            ),
+            policy=RetryPolicy(timeout=2, budget=RetryBudget(ratio=0.0, min_per_second=0.0)),
+            pacer=Pacer(clock=clock, probe=0),
+            sleep=sleep,
+            rng=random.Random(0),
+        )
+
+    with httpx.Client(transport=transport({"Content-Length": "4"})) as client:
+        response = client.get(URL)
+    assert events[:2] == ["released", "slept"]  # released before the budget's first wait
+    assert response.status_code == 503  # handed back whole: its small body was read first
+    assert response.content == b"busy"
+    record = record_of(response)
+    assert record is not None
+    assert record.gave_up_kind == "budget"
+    with (
+        httpx.Client(transport=transport({})) as client,  # a body of unknown length
+        pytest.raises(RateLimitedError, match="the retry budget is spent"),
+    ):
+        client.get(URL)  # (released unread: nothing whole to hand back)
