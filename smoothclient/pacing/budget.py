@@ -59,8 +59,25 @@ class BudgetCounts:
         return self.room(now) >= 1
 
     def try_retry(self, now: float) -> bool:
-        """Take room for one retry if the budget has it; return whether it did."""
+        """
+        Take room for one retry if the budget has it; return whether it did.
+
+        The retry is charged to the oldest second whose requests still leave room for one,
+        so that it leaves the window with the requests that paid for it; only beyond them
+        (the ``min_per_second`` reserve) to this second.  Charged to this second always, a
+        healthy spell's room paid for a burst of retries when failures began, the spell slid
+        out of the window while the burst stayed in it, and the retries stopped until the
+        burst slid out too: at the end of a ten-second brownout (``benchmarks/outage.py``) a
+        fleet sharing one budget held its retries up to a second while the server, admitting
+        more than the fleet's first tries, sat idle.
+        """
         if not self.has_room(now):
             return False
-        self._bucket(now)[2] += 1
+        ratio = self.budget.ratio
+        horizon = math.floor(now) - self.budget.window
+        for bucket in self.buckets:
+            if bucket[0] > horizon and ratio * bucket[1] - bucket[2] >= 1:
+                bucket[2] += 1
+                return True
+        self.buckets[-1][2] += 1  # (has_room made this second's bucket the newest)
         return True

@@ -19,6 +19,36 @@ def test_budget_counts() -> None:
     assert sum(floor.try_retry(0.0) for _ in range(10)) == 5
 
 
+def test_a_healthy_spells_room_is_not_spent_in_one_burst_and_clawed_back() -> None:
+    """
+    Ten seconds at 60 first tries a second, then a brownout: retries every second.
+
+    The burst takes what the healthy spell left (300 and more), charged to the spell's
+    seconds: when they slide out of the window, the burst goes with them.  Charged to the
+    seconds they were taken in, the burst outstayed what paid for it, and the retries
+    stopped for seconds (180, 180, 180, 78, 0, 0, ...).
+    """
+    counts = BudgetCounts(RetryBudget(ratio=0.5, min_per_second=1.0, window=10))
+    t = 0.0
+    while t < 10:
+        counts.record_request(t)
+        t += 1 / 60
+    per_second: list[int] = []
+    while t < 25:  # the brownout: every attempt fails, and each call wants 3 retries
+        second = 0
+        for _ in range(60):
+            counts.record_request(t)
+            for _ in range(3):
+                if not counts.try_retry(t):
+                    break
+                counts.record_request(t)
+                second += 1
+            t += 1 / 60
+        per_second.append(second)
+    assert min(per_second) >= 50  # never a second without retries (a half: one a first try)
+    assert sum(per_second[5:]) <= 60 * len(per_second[5:]) + 20  # the ratio (and the reserve)
+
+
 def test_late_times_keep_the_buckets_in_order() -> None:
     """An attempt counted at when it was sent, after newer ones, never breaks the window."""
     counts = BudgetCounts(RetryBudget(ratio=0.5, min_per_second=0.0, window=10.0))
