@@ -17,7 +17,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,18 +26,10 @@ from smoothclient.hints import Hints
 from smoothclient.pacing.redis import flusher
 from smoothclient.pacing.redis.store import RedisCell
 from smoothclient.pacing.steps import run_async
-from smoothclient.tools.redis_server import RedisServer, binary
+from smoothclient.tools.redis_server import RedisServer
 
 ORIGIN = "https://api.test:443"
 QUOTA = Hints(remaining=50, limit=100, window=10, reset_after=10)  # 10 req/s, quota left
-
-
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    if binary("redis") is None:
-        pytest.skip("no redis-server")
-    with RedisServer() as running:
-        yield running
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -32,7 +31,7 @@ from smoothclient.pacing.redis.keyspace import trusted_for
 from smoothclient.pacing.redis.tracker import TRUST
 from smoothclient.pacing.scopes import Bound
 from smoothclient.pacing.state import PROBE_POLL, OriginState
-from smoothclient.tools.redis_server import RedisServer, binary
+from smoothclient.tools.redis_server import RedisServer
 
 ORIGIN = "http://api.test:80"
 SPENT = {
@@ -42,14 +41,6 @@ SPENT = {
 }
 PROBE = 2.0
 POLICY = RetryPolicy(timeout=1.0)
-
-
-@pytest.fixture
-def server() -> Iterator[RedisServer]:
-    if binary("redis") is None:
-        pytest.skip("no redis-server")
-    with RedisServer() as running:
-        yield running
 
 
 def fleet(server: RedisServer, n: int) -> list[Pacer]:
