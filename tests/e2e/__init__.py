@@ -1,0 +1,1 @@
+"""The end-to-end tests (a package: its conftest is its own module)."""
