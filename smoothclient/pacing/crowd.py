@@ -218,7 +218,10 @@ def crowded(
 
     Called after the request stopped counting in flight: ``o.in_flight`` are the others.  A
     request not counted in flight (sent to a healthy origin, a herd's first wave) cannot tell
-    how many others were: the window starts at one, and successes widen it.  A request turned
+    how many others were: the window starts at one, and successes widen it; a window there
+    already stays as it is (through a shared store, a process whose copy still showed the
+    origin healthy, its requests not counted, cut the fleet's window of six to one again and
+    again, and the fleet of twelve took a second to grow it back).  A request turned
     away while nobody else was in flight, its throttle as slow as a success (``sent_at``
     unknown: taken as slow), says the limit is a rate's (a concurrency limit serves one request
     at least): the window goes, and none is set for a quiet spell.  Turned away at once, alone,
@@ -239,8 +242,8 @@ def crowded(
         return False
     if now - o.lone_at <= s.quiet:
         return False
-    if not counted:
-        window = min(now_width, 1.0)
+    if not counted:  # it cannot tell how many others were: a window there stays
+        window = 1.0 if now_width == math.inf else now_width
     elif others:
         window = min(now_width, float(others))
     elif fresh:

@@ -42,6 +42,24 @@ def test_a_request_not_counted_in_flight_starts_the_window_at_one() -> None:
     assert o.crowd_window == 1.0
 
 
+def test_a_request_not_counted_in_flight_leaves_a_window_as_it_is() -> None:
+    """
+    It cannot tell how many others were: a window set by counted requests stays.
+
+    Through a shared store, a process whose copy still showed the origin healthy sent its
+    requests uncounted; their throttles cut the fleet's window of six to one, again and
+    again, and the fleet of twelve took a second to grow it back.
+    """
+    o = slow(in_flight=6)
+    assert crowd.crowded(o, S, 1.0, counted=True)
+    assert o.crowd_window == 6.0
+    o.in_flight = 0
+    assert crowd.crowded(o, S, 1.01, counted=False, sent_at=1.005)
+    assert o.crowd_window == 6.0
+    assert crowd.crowded(o, S, 1.02, counted=True, sent_at=1.015)  # counted, others gone
+    assert crowd.width(o) == crowd.LEAST  # (below one: the others hold every place)
+
+
 def test_a_lone_request_turned_away_is_a_rate_limit_for_a_quiet_spell() -> None:
     o = slow(in_flight=3)
     assert crowd.crowded(o, S, 1.0, counted=True)
