@@ -555,7 +555,14 @@ def _preload(name: str) -> None:
     _ = smoothclient.AsyncSmoothTransport, smoothclient.SmoothTransport, smoothclient.SmoothAdapter
     from smoothclient import aiohttp as _aiohttp_edge  # noqa: F401
 
-    if name in REQUESTS_CLIENTS and not name.endswith("+redis"):
+    if name.endswith("+redis"):  # the shared pacer's client library (imported by its store)
+        import redis.asyncio
+        import redis.asyncio.connection
+        import redis.asyncio.retry
+        import redis.backoff
+        import redis.connection
+        import redis.retry  # noqa: F401
+    elif name in REQUESTS_CLIENTS:
         _requests_session(name, 1).close()
 
 
