@@ -283,6 +283,85 @@ def test_a_garbled_cohort_in_redis_is_ignored(server: RedisServer, cohort: str) 
     assert other.view(ORIGIN).waiting == 1
 
 
+def _save(r: redis.Redis, version: int, me: str, won: list[float], lost: list[float]) -> Any:
+    """Run the store's SAVE script on ORIGIN's key: a state, and the caller's counts."""
+    from smoothclient.pacing.redis.scripts import SAVE
+
+    key = redis_store.redis_key(ORIGIN)
+    return r.eval(
+        SAVE, 1, key, version, '{"limit": 6}', me, 60_000, json.dumps(won), json.dumps(lost)
+    )
+
+
+@BOTH
+def test_a_write_that_loses_to_anothers_still_writes_its_own_counts(server: RedisServer) -> None:
+    """
+    A process's counts are its own: they land whether or not its state does.
+
+    Written only with a state that won, a fleet of twelve on one key (most writes losing to
+    another's) counted 97 requests in flight against a limit of five, long after they were
+    answered, and held its window shut for most of a second.
+    """
+    r = redis.Redis.from_url(server.url)
+    key = redis_store.redis_key(ORIGIN)
+    now = int(r.time()[0])
+    r.hset(key, mapping={"v": 3, "s": "{}", "c": json.dumps({"other": [0, 2, now]})})
+    lost = _save(r, 2, "me", won=[1, 1, now], lost=[0, 1, now])  # read at version 2
+    assert (lost[0], int(lost[1])) == (0, 3)  # not written: the current version, and state
+    assert lost[2] == b"{}"
+    assert r.hget(key, "s") == b"{}"
+    assert r.hget(key, "v") == b"3"
+    cohort = {"other": [0, 2, now], "me": [0, 1, now]}  # its counts without the step's
+    assert json.loads(r.hget(key, "c") or "") == cohort == json.loads(lost[3])
+    assert r.pttl(key) > 0  # (a key made by the counts alone expires too)
+    won = _save(r, 3, "me", won=[1, 1, now], lost=[0, 1, now])
+    assert (won[0], int(won[1])) == (1, 4)
+    cohort = {"other": [0, 2, now], "me": [1, 1, now]}
+    assert json.loads(r.hget(key, "c") or "") == cohort == json.loads(won[3])
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "[0, 1]",
+        '[0, "1", {now}]',
+        "[0, 1, NaN]",
+        "[-1, 1, {now}]",
+        "[0, 1e300, {now}]",
+        "[0, 1, {now} - 40]",
+        "[0, 1, {now} + 40]",
+        '{{"a": 1}}',
+        "5",
+        '"x"',
+    ],
+)
+def test_the_save_script_drops_a_cohorts_junk_and_keeps_the_rest(
+    server: RedisServer, entry: str
+) -> None:
+    """Entries not three numbers in range, or written more than COHORT_TTL away, are dropped."""
+    r = redis.Redis.from_url(server.url)
+    key = redis_store.redis_key(ORIGIN)
+    now = int(r.time()[0])
+    junk = entry.format(now=now).replace(f"{now} - 40", str(now - 40))
+    junk = junk.replace(f"{now} + 40", str(now + 40))
+    cohort = '{"junk": ' + junk + ', "fine": [2, 3, ' + str(now) + "]}"
+    r.hset(key, mapping={"v": 1, "s": "{}", "c": cohort})
+    assert _save(r, 1, "me", won=[0, 1, now], lost=[0, 0, now])[0] == 1
+    assert json.loads(r.hget(key, "c") or "") == {"fine": [2, 3, now], "me": [0, 1, now]}
+
+
+@pytest.mark.parametrize(
+    "cohort", ["[" * 100_000 + "]" * 100_000, "[1,", '{"x": [1, ' + "9" * 400 + ", 1]}"]
+)
+def test_the_save_script_replaces_a_cohort_of_junk(server: RedisServer, cohort: str) -> None:
+    r = redis.Redis.from_url(server.url)
+    key = redis_store.redis_key(ORIGIN)
+    now = int(r.time()[0])
+    r.hset(key, mapping={"v": 1, "s": "{}", "c": cohort})
+    assert _save(r, 1, "me", won=[0, 1, now], lost=[0, 0, now])[0] == 1
+    assert json.loads(r.hget(key, "c") or "") == {"me": [0, 1, now]}
+
+
 @BOTH
 def test_redis_down_fails_open_and_comes_back(
     server: RedisServer, caplog: pytest.LogCaptureFixture

@@ -23,6 +23,7 @@ __all__ = [
     "COHORT_TTL",
     "LINGER",
     "MAX_COUNT",
+    "entries_of",
     "horizon",
     "merge_successes",
     "others_of",
@@ -85,6 +86,24 @@ def merge_successes(state: OriginState, unsent: deque[float]) -> None:
     mine = sorted(t for t in unsent if t not in have)
     if mine:
         state.successes = deque(heapq.merge(state.successes, mine), maxlen=MAX_SUCCESSES)
+
+
+def entries_of(mine: list[int], delta: list[int], now: float) -> tuple[str, str]:
+    """
+    This process's cohort entries for a write: if its state is written, and if not.
+
+    ``mine``: its counts (waiting, in flight) with the step's ``delta`` in them.  The store's
+    save script writes one of them into the cohort as it stands, whichever write wins (see
+    :mod:`.scripts`).  If another's write won, the counts the step released go all the same
+    (a request answered or given up: a fact, whoever wrote first), and none it took (a place
+    is taken only with the state that grants it).
+    """
+    released = [mine[0] - max(0, delta[0]), mine[1] - max(0, delta[1])]
+    return _entry(mine, now), _entry(released, now)
+
+
+def _entry(counts: list[int], now: float) -> str:
+    return json.dumps([max(0, counts[0]), max(0, counts[1]), now])
 
 
 def others_of(cohort: Any, me: str, now: float) -> dict[str, list[float]]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from .keyspace import COHORT_TTL, MAX_COUNT
+
 __all__ = [
     "LOST",
     "MOVED",
@@ -30,11 +32,17 @@ MOVED = frozenset({"MovedError", "AskError"})
 #: A node did not answer: the cluster's table of slots may be out of date.
 LOST = frozenset({"ConnectionError", "TimeoutError"})
 
-# KEYS[1]: the state's key.  ARGV: the version the caller read, the state, the cohort, the
-# expiry in ms.  Written only if nobody wrote since; else the current version, state, cohort.
-# What the key holds is input: a key of another type is replaced (it is in smoothclient's
-# own namespace), and a version that is not a whole number >= 0 reads as 0, so the next write
-# takes the key over (a version of 1.5 read back as 1 made every write lose, for ever).
+# KEYS[1]: the state's key.  SAVE's ARGV: the version the caller read, the state, the
+# caller's name in the cohort, the expiry in ms, and the caller's counts ("[waiting, in flight,
+# when]") if the state is written, and if it is not.  The state is written only if nobody wrote
+# since (else the reply holds the current version and state); the caller's counts are written
+# either way, into the cohort as it stands (they are its own, and no other process writes
+# them: a write that lost to another's must not leave the fleet counting requests long
+# answered).  What the key holds is input: a key of another type is replaced (it is in
+# smoothclient's own namespace), a version that is not a whole number >= 0 reads as 0, so the
+# next write takes the key over (a version of 1.5 read back as 1 made every write lose, for
+# ever), and a cohort's entries that are not three numbers in range are dropped, as are those
+# written more than COHORT_TTL ago (a process that ended) or ahead.
 _VERSION = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'hash' and kind ~= 'none' then
@@ -47,18 +55,46 @@ if kind == 'hash' then
   if v == nil or v < 0 or v ~= math.floor(v) or v > 2^52 then v = 0 end
 end
 """
+_COHORT = """
+local function cohort(now, mine)
+  local all = {}
+  local ok, entries = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'c') or '{}')
+  if ok and type(entries) == 'table' then
+    for who, e in pairs(entries) do
+      if type(who) == 'string' and who ~= ARGV[3] and type(e) == 'table' and #e == 3 then
+        local w, f, at = e[1], e[2], e[3]
+        if type(w) == 'number' and type(f) == 'number' and type(at) == 'number'
+            and w >= 0 and w <= @MOST@ and f >= 0 and f <= @MOST@
+            and at > now - @TTL@ and at <= now + @TTL@ then
+          all[who] = {w, f, at}
+        end
+      end
+    end
+  end
+  local fine, entry = pcall(cjson.decode, mine)
+  if fine and type(entry) == 'table' then all[ARGV[3]] = entry end
+  return cjson.encode(all)
+end
+""".replace("@MOST@", str(MAX_COUNT)).replace("@TTL@", str(int(COHORT_TTL)))
 SAVE = (
     _VERSION
+    + _COHORT
     + """
 local t = redis.call('TIME')
+local now = tonumber(t[1])
 if v ~= tonumber(ARGV[1]) then
-  local cur = redis.call('HMGET', KEYS[1], 's', 'c')
-  return {0, v, cur[1] or '', cur[2] or '', t[1], t[2]}
+  local c = cohort(now, ARGV[6])
+  redis.call('HSET', KEYS[1], 'c', c)
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  end
+  return {0, v, redis.call('HGET', KEYS[1], 's') or '', c, t[1], t[2]}
 end
 v = v + 1
-redis.call('HSET', KEYS[1], 'v', v, 's', ARGV[2], 'c', ARGV[3])
+local c = cohort(now, ARGV[5])
+redis.call('HSET', KEYS[1], 'v', v, 's', ARGV[2], 'c', c)
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {1, v, '', '', t[1], t[2]}
+return {1, v, '', c, t[1], t[2]}
 """
 )
 READ = (

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import math
 import threading
@@ -27,8 +26,9 @@ from ..codec import clamped, dump, load
 from ..state import MAX_SUCCESSES, OriginState, Settings
 from ..steps import Steps, Trip, run
 from ..store import Later, MemoryCell, Step
+from . import keyspace
 from .flusher import always, answered, arm, unchanged
-from .keyspace import COHORT_TTL, horizon, merge_successes, others_of, redis_key, trusted_for
+from .keyspace import COHORT_TTL, redis_key
 from .link import Link, _Busy, _Down
 
 __all__ = ["COHORT_TTL", "MAX_DEFERRED", "TRUST", "RedisCell", "redis_key"]
@@ -172,7 +172,7 @@ class RedisCell:
         self.state = clamped(fresh, now, self.settings.max_gate)
         self.epoch += 1
         self._replay()
-        self.others = others_of(cohort, self.me, now)
+        self.others = keyspace.others_of(cohort, self.me, now)
         self._fade(now, force=True)
 
     def _newer(self, version: Any, epoch: int) -> bool:
@@ -202,7 +202,7 @@ class RedisCell:
 
     def _trusted(self) -> bool:
         """Whether the copy was read or written within TRUST, or less (:func:`trusted_for`)."""
-        return time.monotonic() - self.synced <= trusted_for(self.state, TRUST)
+        return time.monotonic() - self.synced <= keyspace.trusted_for(self.state, TRUST)
 
     def _refresh(self, fresh: bool = False) -> Steps[None]:
         """Read the key if the copy is older than :data:`TRUST` (or ``fresh``)."""
@@ -347,7 +347,7 @@ class RedisCell:
             state = self.state if in_place else self._held(now)
             before = (state.waiting, state.in_flight)
             if self.unsent:
-                merge_successes(state, self.unsent)
+                keyspace.merge_successes(state, self.unsent)
             result = self._apply(state, lambda o: step(o, self.settings))
             delta = [state.waiting - before[0], state.in_flight - before[1]]
             self.mine = [self.mine[0] + delta[0], self.mine[1] + delta[1]]
@@ -365,15 +365,13 @@ class RedisCell:
                 stale = True
             else:
                 stale = False
-                counts = [max(0, self.mine[0]), max(0, self.mine[1])]
                 expected = list(self.mine)
-                cohort = dict(self.others)
-                cohort[self.me] = [*counts, now]
                 args = [
                     self.version,
                     text,
-                    json.dumps(cohort),
-                    int(horizon(state, self.settings, now) * 1000),
+                    self.me,
+                    int(keyspace.horizon(state, self.settings, now) * 1000),
+                    *keyspace.entries_of(self.mine, delta, now),
                 ]
                 epoch = self.epoch
                 if in_place:
@@ -397,12 +395,11 @@ class RedisCell:
                 if written:
                     if int(version) > self.version:  # the newest the copy knows of
                         self.version, self.text, self.written = int(version), text, expected
+                        self.others = keyspace.others_of(their_cohort, self.me, now)
                         if self.state is not state:
                             self.state, self.epoch = state, self.epoch + 1
                             self._replay()
-                            self._count()
-                        elif self.mine != expected:  # counts changed while it was out
-                            self._count()
+                        self._count()
                     self.wrote_at = now
                     return result, None
                 self.mine = [self.mine[0] - delta[0], self.mine[1] - delta[1]]  # not counted
