@@ -721,6 +721,39 @@ def test_async_steps_fail_open_at_once_when_redis_dies(
     assert len(warnings) == 1  # one warning per outage
 
 
+def test_a_loops_first_trip_is_given_the_time_a_connection_takes(server: RedisServer) -> None:
+    """
+    The first trip of a loop's client connects first: it is not cut at the store's timeout.
+
+    Twelve asyncio processes starting together on two cores timed out (50 ms) on that first
+    trip, 11 of the 12, and each paced from memory, alone, while the fleet's first wave went
+    out.  Once connected, a trip that stalls gives up at the store's timeout.
+    """
+    import asyncio
+
+    (pacer,) = fleet(server, 1, storage_timeout=0.1)
+    tracker = pacer.track(ORIGIN)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
+
+    async def main(admin: Any) -> tuple[float, float]:
+        admin.execute_command("CLIENT", "PAUSE", 500, "ALL")  # (a slow first contact)
+        started = time.monotonic()
+        await run_async(tracker.steps.read(lambda o: None, fresh=True))
+        first = time.monotonic() - started
+        assert cell.link.up  # answered, late: not taken for an outage
+        admin.execute_command("CLIENT", "PAUSE", 500, "ALL")
+        started = time.monotonic()
+        await run_async(tracker.steps.read(lambda o: None, fresh=True))
+        return first, time.monotonic() - started
+
+    with redis.Redis.from_url(server.url) as admin:
+        first, second = asyncio.run(main(admin))
+        admin.execute_command("CLIENT", "UNPAUSE")
+    assert first > 0.3  # it waited for the pause to end
+    assert second < 0.1 + 0.25  # connected: the store's timeout (and a loaded machine's slack)
+
+
 def test_async_steps_fail_open_when_redis_stalls(server: RedisServer) -> None:
     """CLIENT PAUSE (Redis stops answering for 0.8 s): a step gives up at its timeout."""
     import asyncio
@@ -764,14 +797,15 @@ def test_trips_failing_together_are_one_outage(server: RedisServer) -> None:
         trackers.append(tracker)
     link = trackers[0].cell.link  # type: ignore[attr-defined]
 
-    async def herd() -> None:
+    async def herd(admin: Any) -> None:
+        await run_async(trackers[0].steps.read(lambda o: None, fresh=True))  # (connected)
+        admin.execute_command("CLIENT", "PAUSE", 500, "ALL")
         await asyncio.gather(
             *(run_async(t.steps.read(lambda o: None, fresh=True)) for t in trackers)
         )
 
     with redis.Redis.from_url(server.url) as admin:
-        admin.execute_command("CLIENT", "PAUSE", 500, "ALL")
-        asyncio.run(herd())
+        asyncio.run(herd(admin))
         admin.execute_command("CLIENT", "UNPAUSE")
     assert link.failures == 1
     assert link.down_until - time.monotonic() <= 0.5 * 1.5  # the first pause's longest

@@ -361,7 +361,11 @@ class Link:
         """
         The reply to ``trip`` from the running loop's ``redis.asyncio`` client, or :class:`_Down`.
 
-        Bounded by the timeout (:func:`_within`); the loop runs on meanwhile.  A ``"turn"``
+        Bounded by the timeout (:func:`_within`); the loop runs on meanwhile.  The first trip
+        of a loop's client is given as long as a connection: it connects and makes the
+        connection's handshake (a fleet of twelve asyncio processes starting together on two
+        cores timed out on it at 50 ms, 11 of the 12, and paced from memory, each alone, while
+        the fleet's first wave went out).  A ``"turn"``
         trip is no round trip: the loop's lock of the key, acquired (or ``TimeoutError``),
         waited for as long as a connection (:func:`turn_wait`).
         """
@@ -374,8 +378,10 @@ class Link:
         try:
             save, read = await self.loops.scripts()
             script = save if trip.op == "save" else read
-            bound = max(1.0, 10 * self.timeout) if _unmapped(script.client) else self.timeout
+            cold = not script.answered or _unmapped(script.client)
+            bound = max(1.0, 10 * self.timeout) if cold else self.timeout
             reply = await _within(script(keys=trip.keys, args=trip.args), bound)
+            save.answered = read.answered = True  # (their client is connected)
         except Exception as exc:  # a store that fails never breaks a call
             if self._failed(exc, self.loops.node_of(trip.keys[0])):
                 raise _Busy from exc

@@ -125,6 +125,10 @@ class Script:
     Both name the script's keys, so a cluster client sends them to the node owning their slot.
     """
 
+    #: Whether its client answered yet (an asyncio client's first trip connects and makes
+    #: the connection's handshake: see :meth:`~.link.Link.send_async`).
+    answered = False
+
     def __init__(self, client: Any, text: str) -> None:
         self.client, self.text = client, text
         self.sha = hashlib.sha1(text.encode()).hexdigest()  # how Redis names a script
