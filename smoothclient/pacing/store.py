@@ -10,8 +10,7 @@ at the state.  Besides them, the fast lane's lock-free calls and this process's 
 
 :class:`KeyTracker` is every operation the edges and the call flow ask of a key (admission,
 learning, the cohort, budgets), written once over a cell; :class:`~.bound.Bound` composes
-trackers for a request bound by several scopes.  A new store slots in here without touching
-either.
+trackers for a request bound by several scopes.  A new store slots in here, touching neither.
 
 **Steps that do I/O** (a shared store's round trips) are written once, as generators that
 yield :class:`~.steps.Trip` requests and receive their replies (:data:`~.steps.Steps`); a
@@ -102,13 +101,17 @@ class Cell(Protocol):
         *,
         busy: Callable[[], T] | None = None,
         later: Later | None = None,
+        quick: Step[T | None] | None = None,
     ) -> Steps[T]:
         """
         ``step`` applied as one atomic step on the state; its result.
 
         ``busy``: what a shared store answers when others' writes kept it from applying the
         step for longer than its timeout (nothing taken); ``later``: the update may reach
-        the others a step later (see :data:`Later`).  A store in one process needs neither.
+        the others a step later (see :data:`Later`); ``quick``: the step's answer if it would
+        change nothing the store writes (else ``None``), for a shared store to give from a
+        copy it trusts, with no round trip (a poll a full window holds).  A store in one
+        process needs none of them.
         """
 
     def read(self, look: Step[T], *, fresh: bool = False) -> Steps[T]:
@@ -336,7 +339,11 @@ class CellSteps:
     def acquire(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
     ) -> Steps[Admission]:
-        return self._update(lambda o, s: adm.acquire(o, s, now, not_before, deadline), busy=_poll)
+        return self._update(
+            lambda o, s: adm.acquire(o, s, now, not_before, deadline),
+            busy=_poll,
+            quick=lambda o, s: adm.held(o, s, now, not_before, deadline),
+        )
 
     def when(
         self, now: float, *, not_before: float = 0.0, deadline: float | None = None
@@ -510,6 +517,7 @@ class MemoryCell:
         *,
         busy: Callable[[], T] | None = None,
         later: Later | None = None,
+        quick: Step[T | None] | None = None,
     ) -> Steps[T]:
         return self.apply(step)
         yield  # pragma: no cover - a generator that yields nothing
@@ -524,6 +532,7 @@ class MemoryCell:
         *,
         busy: Callable[[], T] | None = None,
         later: Later | None = None,
+        quick: Step[T | None] | None = None,
     ) -> T:
         """:meth:`update` done at once (no I/O here): ``step`` under the lock, its result."""
         with self.lock:

@@ -32,6 +32,7 @@ from smoothclient import (
     paced,
 )
 from smoothclient.hints import Hints, Quota
+from smoothclient.pacing import codec
 from smoothclient.pacing.redis import flusher
 from smoothclient.pacing.redis import store as redis_store
 from smoothclient.pacing.redis import tracker as redis_tracker
@@ -360,6 +361,44 @@ def test_the_save_script_replaces_a_cohort_of_junk(server: RedisServer, cohort: 
     r.hset(key, mapping={"v": 1, "s": "{}", "c": cohort})
     assert _save(r, 1, "me", won=[0, 1, now], lost=[0, 0, now])[0] == 1
     assert json.loads(r.hget(key, "c") or "") == {"me": [0, 1, now]}
+
+
+def test_a_poll_a_full_window_holds_is_answered_from_the_copy(
+    server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """
+    No turn, no trip, no copy of the state to compare: the answer changes nothing the key holds.
+
+    A fleet of twelve through Redis asked once every 25 ms per held request, and copying and
+    comparing the state for each ask took both cores of the machine.
+    """
+    (pacer,) = fleet(server, 1)
+    tracker = pacer.track(ORIGIN)
+    cell = tracker.cell
+    assert isinstance(cell, RedisCell)
+
+    def window_of_one(o: OriginState) -> None:
+        o.known, o.latency, o.crowd_window = True, 0.1, 1.0
+        o.crowded_at = o.crowd_moved = pacer.clock()
+
+    tracker.update(window_of_one)
+    assert tracker.acquire(pacer.clock()).final  # the one place
+    tracker.sent()
+    copies: list[object] = []
+
+    def dump(o: OriginState) -> str:
+        copies.append(o)
+        return codec.dump(o)
+
+    monkeypatch.setattr(redis_tracker, "dump", dump)
+    for _ in range(20):
+        now = pacer.clock()
+        admission = tracker.acquire(now, deadline=now + 5)
+        assert not admission.final
+        assert admission.delay == pytest.approx(0.025)  # asked again a quarter service later
+    assert copies == []
+    tracker.observe(200, Hints(), pacer.clock(), sent_at=now)  # the place frees
+    assert tracker.acquire(pacer.clock()).final
 
 
 @BOTH

@@ -60,6 +60,32 @@ def test_a_request_not_counted_in_flight_leaves_a_window_as_it_is() -> None:
     assert crowd.width(o) == crowd.LEAST  # (below one: the others hold every place)
 
 
+@pytest.mark.parametrize("in_flight", [0, 3, 6, 7])
+@pytest.mark.parametrize("window", [math.inf, 2.0, 6.0])
+@pytest.mark.parametrize("deadline", [None, 1.001, 5.0])
+def test_what_a_held_poll_is_answered_is_what_acquire_answers(
+    in_flight: int, window: float, deadline: float | None
+) -> None:
+    """:func:`admission.held` answers only what acquire would, changing only the queue."""
+    import copy
+
+    o = slow(in_flight=in_flight)
+    o.crowd_window = window
+    o.crowd_moved = 0.99
+    o.pace.tat = 1.2  # (paced besides: a slot at 1.2 when the window has room)
+    shared = st.Settings(probe=0, shared=True)
+    quick, full = copy.deepcopy(o), copy.deepcopy(o)
+    answer = adm.held(quick, shared, 1.0, 0.0, deadline)
+    expected = adm.acquire(full, shared, 1.0, 0.0, deadline)
+    if answer is None:
+        assert quick == o  # it changed nothing
+        assert window == math.inf or in_flight + 1 <= window
+    else:
+        assert answer == expected
+        assert quick == full  # the queue too
+        assert quick.waiting == o.waiting  # nothing taken
+
+
 def test_a_lone_request_turned_away_is_a_rate_limit_for_a_quiet_spell() -> None:
     o = slow(in_flight=3)
     assert crowd.crowded(o, S, 1.0, counted=True)

@@ -225,18 +225,24 @@ class RedisCell:
         *,
         busy: Callable[[], T] | None = None,
         later: Later | None = None,
+        quick: Step[T | None] | None = None,
     ) -> Steps[T]:
         """
         ``step`` applied atomically across the fleet; in this process's memory if down.
 
-        ``later`` (an answer the others may learn a step later): taken on the copy at once
-        and written with this process's next step (:meth:`defer`), when it can wait.
+        ``later`` (an answer the others may learn a step later): taken on the copy at once,
+        written with this process's next step (:meth:`defer`); ``quick``: from a trusted copy.
 
         Load, not an outage (others' writes winning for longer than the timeout, no turn in
         time, a trip failing for load): answered by :meth:`_busy`, never from memory.
         """
         if later is not None and later[2](self.state) and self.defer(later, step):
             return None  # type: ignore[return-value]  # (an answer: None) on the copy now
+        if quick is not None and self._trusted() and self.link.up_for(self.redis_key):
+            with self.lock:  # (``quick`` changes nothing the key holds: no turn, no trip)
+                answer = self._look(quick)
+            if answer is not None:
+                return answer
         if self._turn_taken() and self._trusted() and self.link.up_for(self.redis_key):
             glanced = self._glance(step)
             if glanced is not None:  # it writes nothing: no turn to wait for
