@@ -218,7 +218,7 @@ class EdgeCore:
         """
         bind = self.bind
         rebind: Callable[[bool], Steps[Tracker | None]] | None = (
-            None if bind is None else lambda late: bind.steps(origin, request, late, True)
+            None if bind is None else lambda late: bind.steps(origin, request, late)
         )
         if tracker is None:  # not admitted on the fast lane: the flow binds it (a step)
             tracker = self.pacer.track(origin)
@@ -398,20 +398,12 @@ class _Bind:
     ) -> None:
         _Bind.__init__(self, *state)
 
-    def __call__(
-        self, origin: str, request: object, late: bool, fresh: bool = False
-    ) -> Tracker | None:
-        return self.pacer.bind(
-            origin, request, self.route_of, scope=self.scope, late=late, fresh=fresh
-        )
+    def __call__(self, origin: str, request: object, late: bool) -> Tracker | None:
+        return self.pacer.bind(origin, request, self.route_of, scope=self.scope, late=late)
 
-    def steps(
-        self, origin: str, request: object, late: bool, fresh: bool = False
-    ) -> Steps[Tracker | None]:
+    def steps(self, origin: str, request: object, late: bool) -> Steps[Tracker | None]:
         """The binding as a step (a shared store's round trips yielded: :mod:`.pacing.store`)."""
-        return self.pacer.binding(
-            origin, request, self.route_of, scope=self.scope, late=late, fresh=fresh
-        )
+        return self.pacer.binding(origin, request, self.route_of, scope=self.scope, late=late)
 
 
 class Edge:

@@ -47,7 +47,7 @@ class Lane(IntEnum):
 
 class Binder(Protocol):
     """
-    Binds a request to scopes: ``(origin, request, late[, fresh])`` -> a tracker, or ``None``.
+    Binds a request to scopes: ``(origin, request, late)`` -> a tracker, or ``None``.
 
     ``None``: its origin's alone; see :meth:`smoothclient.Pacer.bind`.  ``books(origin)`` is
     ``None`` when the origin can have no scopes now (binding is skipped then); ``books`` itself
@@ -57,11 +57,11 @@ class Binder(Protocol):
     books: Callable[[str], object] | None
 
     def __call__(
-        self, origin: str, request: object, late: bool, fresh: bool = False
+        self, origin: str, request: object, late: bool
     ) -> Tracker | None: ...  # pragma: no cover - a protocol
 
     def steps(
-        self, origin: str, request: object, late: bool, fresh: bool = False
+        self, origin: str, request: object, late: bool
     ) -> Steps[Tracker | None]: ...  # pragma: no cover - a protocol
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -250,16 +251,19 @@ class Pacer:
         *,
         scope: ScopeFn | None = None,
         late: bool = False,
-        fresh: bool = False,
+        fresh: bool | None = None,
     ) -> Tracker | None:
         """
         The tracker of one request when scopes bind it, else ``None`` (see :meth:`binding`).
 
         A store in this process takes no round trip: the parts of :meth:`binding` run here
         with no step to drive (the fast lane binds every request to an origin with scopes).
+        ``fresh`` is deprecated and changes nothing (see :meth:`binding`).
         """
+        if fresh is not None:
+            _fresh_is_gone("bind")
         if self.shared:
-            return run(self.binding(origin, request, route_of, scope=scope, late=late, fresh=fresh))
+            return run(self._binding(origin, request, route_of, scope, late))
         routed = self._route(origin, request, route_of, scope, late)
         if routed is None:
             return None
@@ -278,7 +282,7 @@ class Pacer:
         *,
         scope: ScopeFn | None = None,
         late: bool = False,
-        fresh: bool = False,
+        fresh: bool | None = None,
     ) -> Steps[Tracker | None]:
         """
         The tracker of one request when scopes bind it, else ``None`` (its origin's alone).
@@ -291,8 +295,21 @@ class Pacer:
         tracker over the origin alone that learns them (never ``None``).  With a shared
         store, what other processes learned of the route is looked up in this process's copy
         of the origin's state (at most the store's trust period old; read first when it has
-        none: :meth:`_told`), ``fresh`` or not.
+        none: :meth:`_told`).  ``fresh`` is deprecated and changes nothing: the origin's state
+        is read whenever this process has no copy of it (it will be removed).
         """
+        if fresh is not None:
+            _fresh_is_gone("binding")
+        return self._binding(origin, request, route_of, scope, late)
+
+    def _binding(
+        self,
+        origin: str,
+        request: object,
+        route_of: Callable[[object], tuple[str, str]],
+        scope: ScopeFn | None,
+        late: bool,
+    ) -> Steps[Tracker | None]:
         routed = self._route(origin, request, route_of, scope, late)
         if routed is None:
             return None
@@ -424,3 +441,12 @@ class Pacer:
         """The origins currently remembered, least recently used first."""
         stored = self._store.keys()
         return [key for key in stored if " " not in key]
+
+
+def _fresh_is_gone(method: str) -> None:
+    warnings.warn(
+        f"Pacer.{method}(fresh=...) is deprecated and changes nothing (a process with no copy"
+        " of the origin's state reads it first); it will be removed",
+        DeprecationWarning,
+        stacklevel=3,
+    )

@@ -572,10 +572,10 @@ def test_a_route_one_process_learned_binds_the_others(server: RedisServer) -> No
     late = a.bind(ORIGIN, "/search/1", route_of, late=True)
     assert late is not None
     late.observe(200, hints, a.clock(), counted=False)
-    bound = b.bind(ORIGIN, "/search/2", route_of, fresh=True)
+    bound = b.bind(ORIGIN, "/search/2", route_of)
     assert isinstance(bound, Bound)
     assert [name for name, _ in bound.scopes] == ["search"]
-    assert b.bind(ORIGIN, "/repos/1", route_of, fresh=True) is None  # another route: the origin
+    assert b.bind(ORIGIN, "/repos/1", route_of) is None  # another route: the origin
 
 
 def test_the_fleet_demo_runs_alone_then_shared(server: RedisServer) -> None:

@@ -91,7 +91,7 @@ def test_a_probes_answer_that_taught_its_origin_nothing_else_reaches_the_fleet_a
     assert late is not None
     late.observe(429, read_hints(SPENT), a.clock())
     assert until(lambda: b.track(ORIGIN).read(lambda o: o.known, fresh=True), 0.5)
-    bound = b.bind(ORIGIN, "/work", route_of, fresh=True)
+    bound = b.bind(ORIGIN, "/work", route_of)
     assert isinstance(bound, Bound)
     refused = bound.acquire(b.clock(), deadline=b.clock() + 1.0)
     assert not refused.granted

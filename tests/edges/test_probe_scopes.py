@@ -56,7 +56,7 @@ def flow_of(pacer: Pacer, clock: FakeClock, rebind: Rebind | None = None) -> Cal
     """The flow of one call ``GET /work`` (deadline 2 s), bound to scopes as an edge binds it."""
 
     def bind(late: bool) -> Steps[Tracker | None]:
-        return pacer.binding(ORIGIN, "/work", route_of, late=late, fresh=True)
+        return pacer.binding(ORIGIN, "/work", route_of, late=late)
 
     return CallFlow(
         RetryPolicy(timeout=2.0),
@@ -133,7 +133,7 @@ def test_a_waiter_bound_just_before_the_probes_answer_lands_is_refused_not_sent(
     binds: list[Tracker | None] = []
 
     def rebind(late: bool) -> Steps[Tracker | None]:
-        bound = yield from pacer.binding(ORIGIN, "/work", route_of, late=late, fresh=True)
+        bound = yield from pacer.binding(ORIGIN, "/work", route_of, late=late)
         binds.append(bound)
         if len(binds) == 2:  # its second ask, bound by the origin alone: the answer lands
             assert bound is None

@@ -322,3 +322,22 @@ def test_a_scope_forgotten_by_its_origin_is_forgotten_by_the_store() -> None:
     scoped = [key for key in stored if key.startswith(origin + " ")]
     assert len(scoped) == 4
     assert set(pacer.scopes(origin)) == {f"scope-{i}" for i in range(46, 50)}
+
+
+def test_binding_fresh_is_deprecated_and_changes_nothing() -> None:
+    """``fresh=`` warns, and binds as without it (a process with no copy reads the key first)."""
+    pacer = Pacer(clock=FakeClock(), probe=0, scope=lambda r: "search")
+
+    def route_of(request: object) -> tuple[str, str]:
+        return "GET", str(request)
+
+    with pytest.warns(DeprecationWarning, match="fresh"):
+        warned = pacer.bind(ORIGIN, "/search/1", route_of, fresh=True)
+    with pytest.warns(DeprecationWarning, match="fresh"):
+        stepped = run(pacer.binding(ORIGIN, "/search/1", route_of, fresh=False))
+    plain = pacer.bind(ORIGIN, "/search/1", route_of)
+    assert isinstance(warned, Bound)
+    assert isinstance(stepped, Bound)
+    assert isinstance(plain, Bound)
+    assert [n for n, _ in warned.scopes] == [n for n, _ in plain.scopes] == ["search"]
+    assert [n for n, _ in stepped.scopes] == ["search"]
