@@ -262,9 +262,9 @@ class Pacer:
         """
         if fresh is not None:
             _fresh_is_gone("bind")
-        if self.shared:
-            return run(self._binding(origin, request, route_of, scope, late))
         routed = self._route(origin, request, route_of, scope, late)
+        if self.shared:
+            return run(self._binding(origin, routed, late))
         if routed is None:
             return None
         book, route, given = routed
@@ -300,17 +300,14 @@ class Pacer:
         """
         if fresh is not None:
             _fresh_is_gone("binding")
-        return self._binding(origin, request, route_of, scope, late)
+        return self._binding(origin, self._route(origin, request, route_of, scope, late), late)
 
     def _binding(
         self,
         origin: str,
-        request: object,
-        route_of: Callable[[object], tuple[str, str]],
-        scope: ScopeFn | None,
+        routed: tuple[OriginScopes | None, str, tuple[str, ...]] | None,
         late: bool,
     ) -> Steps[Tracker | None]:
-        routed = self._route(origin, request, route_of, scope, late)
         if routed is None:
             return None
         book, route, given = routed
