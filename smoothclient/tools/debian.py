@@ -15,7 +15,7 @@ import subprocess
 import threading
 from collections.abc import Sequence
 
-__all__ = ["Unavailable", "ensure", "ensure_haproxy", "ensure_nginx"]
+__all__ = ["LOCK_WAIT", "Unavailable", "ensure", "ensure_haproxy", "ensure_nginx"]
 
 _LOCK = threading.Lock()
 _FOUND: dict[str, str] = {}
@@ -30,12 +30,18 @@ def _which(name: str) -> str | None:
     return shutil.which(name) or next((p for p in places if os.access(p, os.X_OK)), None)
 
 
+#: How long apt waits for another process's lock on the package database (seconds).
+LOCK_WAIT = 300
+
+
 def ensure(name: str, packages: Sequence[str]) -> str:
     """
     The path of the binary ``name``: the system's, or installed from Debian when root.
 
     Installing runs ``apt-get update`` once, then ``apt-get install -y`` of the first of
-    ``packages`` apt has a candidate for.
+    ``packages`` apt has a candidate for.  Several processes may install at once (the lanes
+    of a benchmark): apt waits for the others' lock, and a binary that another installed
+    meanwhile is taken whatever apt said.
     """
     with _LOCK:
         found = _FOUND.get(name) or _which(name) or _install(name, packages)
@@ -70,7 +76,8 @@ def _install(name: str, packages: Sequence[str]) -> str:
             timeout=timeout,
         )
 
-    apt("apt-get", "update", timeout=300)
+    wait = ("-o", f"DPkg::Lock::Timeout={LOCK_WAIT}")  # (another process installing)
+    apt("apt-get", *wait, "update", timeout=300)
     package = current = None
     for line in apt("apt-cache", "policy", *packages, timeout=60).stdout.splitlines():
         if line and not line.startswith(" "):
@@ -80,9 +87,9 @@ def _install(name: str, packages: Sequence[str]) -> str:
     if package is None:
         msg = f"apt has no candidate for {' or '.join(packages)}"
         raise Unavailable(msg)
-    done = apt("apt-get", "install", "-y", "--no-install-recommends", package, timeout=600)
+    done = apt("apt-get", *wait, "install", "-y", "--no-install-recommends", package, timeout=600)
     found = _which(name)
-    if done.returncode != 0 or found is None:
+    if found is None:  # (installed by another process meanwhile: found, whatever apt said)
         msg = f"apt-get install {package} failed: {done.stdout[-500:]}"
         raise Unavailable(msg)
     return found
