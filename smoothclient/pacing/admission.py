@@ -123,7 +123,7 @@ def held(
 
     That answer changes nothing a shared store writes (only this process's queue of waiters),
     so a store may give it from a copy it trusts, without a turn or a round trip: a fleet of
-    twelve through Redis asked about once a 25 ms per held request, and copying and comparing
+    twelve through Redis asked once every 25 ms per held request, and copying and comparing
     the state for each ask took both cores.
     """
     if not (o.known or s.probe == 0) or not _crowd_full(o, now):
