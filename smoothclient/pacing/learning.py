@@ -498,7 +498,14 @@ def _quota(
     new_window = resets.new_window(o, hints.remaining, hints.reset_after, now, sent_at)
     first = o.reset_at is None  # the first report: the first window seen begins
     resets.rolled(
-        o, hints.remaining, hints.limit, now, sent_at, fresh=new_window or first, through=through
+        o,
+        hints.remaining,
+        hints.limit,
+        now,
+        sent_at,
+        fresh=new_window or first,
+        through=through,
+        fine=hints.reset_after is not None and not resets.grain(hints.reset_after),
     )
     _ledger(
         o,

@@ -220,6 +220,7 @@ class OriginState:
     # (-1: the limiter keeps no such windows), when the current one's first answer came, and
     # when the request that found it whole went
     window_hi: float | None = None
+    window_lo: float = 0.0  # (and the longest after its first answer a request it refused went)
     window_began: float | None = None
     opened_sent: float | None = None
     # a throttled answer said the quota is spent: nothing goes into it before this stated

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from smoothclient import Hints, Pacer
-from smoothclient.pacing import resets
+from smoothclient.pacing import learning, resets
 from smoothclient.pacing import state as st
 from smoothclient.pacing.store import KeyTracker, MemoryCell
 from smoothclient.tools.limiters import FixedWindow, MovingWindow, run_herd
@@ -164,6 +164,41 @@ def test_a_window_that_begins_at_its_first_request_bounds_the_next_reset() -> No
     t.sent()
     t.observe(429, Hints(remaining=0, limit=10, reset_after=1.92), 1.08, sent_at=1.07)
     assert t.acquire(1.5).delay <= 2.12 - 1.5 + 1e-9
+
+
+def test_bounds_on_a_window_narrow_to_where_its_next_one_opens() -> None:
+    """
+    Halfway between the bounds once a refusal gave the lower one; at the upper once narrow.
+
+    Measured once from a window opened late, the upper bound alone never tightened, and a
+    fleet through Redis opened every window of slowapi's a tenth of a second late.
+    """
+    o, s = st.OriginState(), st.Settings()
+    o.reset_at, o.window_hi, o.window_began, o.latency = 11.5, 1.3, 10.0, 0.001
+    o.ledger_set, o.avail = (0.0, 10.0), 0
+    assert resets.due(o) == pytest.approx(11.3)  # no lower bound yet: the upper
+    refused = Hints(remaining=0, limit=10, reset_after=0.84)  # (the same window's reset)
+    learning.observe(o, s, 429, refused, 10.66, sent_at=10.65, counted=False)
+    assert o.window_lo == pytest.approx(0.65)
+    assert o.window_hi == pytest.approx(1.3)  # (refused before the bound: not refuted)
+    assert resets.due(o) == pytest.approx(10.975)  # halfway
+    o.reset_at = 12.2
+    assert resets.due(o) == pytest.approx(11.2)  # EARLY_MAX before the stated reset at most
+    o.reset_at = 11.5
+    o.window_lo = 1.3 - resets.NARROW / 2
+    assert resets.due(o) == pytest.approx(11.3)  # narrow: the upper bound
+    o.window_lo, o.latency = 1.2, 0.05  # (four round trips apart are narrow too)
+    assert resets.due(o) == pytest.approx(11.3)
+
+
+def test_a_refusal_stated_in_whole_seconds_bounds_no_window() -> None:
+    """Its reset may be the next window's, which others of a fleet opened and spent."""
+    o, s = st.OriginState(), st.Settings()
+    o.reset_at, o.window_hi, o.window_began = 11.5, 1.3, 10.0
+    o.ledger_set, o.avail = (0.0, 10.0), 0
+    learning.observe(o, s, 429, _quota(0, 1), 10.66, sent_at=10.65, counted=False)
+    assert o.window_lo == 0.0
+    assert resets.due(o) == pytest.approx(11.3)
 
 
 def test_a_refusal_after_the_bound_refutes_it() -> None:
