@@ -358,9 +358,13 @@ def _ledger(
         o.period_top = o.period_low = remaining
         o.period_sent = o.period_ok = o.period_throttled = 0
         if remaining >= 1 and sharing:
-            left = min(
-                left, max(1, math.floor(o.share * remaining + 0.5)) - o.in_flight - o.waiting
-            )
+            # this answer's request got into the new window (it opened it, often): it is part
+            # of this client's share of it, not on top of it (each process of a fleet of
+            # twelve probed a window open, then sent its share: twice its part, and the
+            # window turned away a request for each it admitted)
+            own = 1 if through else 0
+            share = max(1, math.floor(o.share * (remaining + own) + 0.5)) - own
+            left = min(left, share - o.in_flight - o.waiting)
     if o.avail is None or left < o.avail or new_window:
         o.avail = left
         o.ledger_set = (remaining, now)

@@ -514,6 +514,32 @@ def test_a_new_window_admits_only_the_share_of_what_is_left() -> None:
     assert o.avail == 2  # a quarter of 9, rounded
 
 
+def test_a_request_that_opened_the_window_is_part_of_the_share() -> None:
+    """
+    The answer that says a window began is its own request's, admitted into it: counted in.
+
+    A tenth of ten is that one request; on top of it, each process of a fleet of twelve sent
+    two requests into each window of ten (its probe, then its share), and the window turned
+    away a request for each it admitted.
+    """
+    o = st.OriginState(kind="window", limit=10.0, share=0.1, known=True)
+    o.avail, o.reset_at = 0.0, 1.0
+    _first_report_after_the_reset(o)
+    assert o.avail == 0
+    refused = st.OriginState(kind="window", limit=10.0, share=0.1, known=True)
+    refused.avail, refused.reset_at = 0.0, 1.0
+    learning.observe(
+        refused,
+        _ALONE,
+        429,
+        Hints(remaining=9, limit=10, reset_after=1.0),
+        1.01,
+        sent_at=1.0,
+        counted=False,
+    )
+    assert refused.avail == 1  # (its request did not get in: one a window, at least)
+
+
 def test_a_bucket_keeps_all_of_what_is_left() -> None:
     """A bucket's reset moves on with every answer: no window's tally, its mirror paces it."""
     o = st.OriginState(kind="bucket", limit=10.0, known=True)
