@@ -494,12 +494,14 @@ def test_a_client_alone_keeps_all_of_every_window() -> None:
 _ALONE = st.Settings(probe=0)
 
 
-def _first_report_after_the_reset(o: st.OriginState, settings: st.Settings = _ALONE) -> None:
+def _first_report_after_the_reset(
+    o: st.OriginState, settings: st.Settings = _ALONE, status: int = 200
+) -> None:
     """The window reset at 1.0: the first answer after it says 9 of 10 are left."""
     learning.observe(
         o,
         settings,
-        200,
+        status,
         Hints(remaining=9, limit=10, reset_after=1.0),
         1.01,
         sent_at=1.0,
@@ -528,15 +530,7 @@ def test_a_request_that_opened_the_window_is_part_of_the_share() -> None:
     assert o.avail == 0
     refused = st.OriginState(kind="window", limit=10.0, share=0.1, known=True)
     refused.avail, refused.reset_at = 0.0, 1.0
-    learning.observe(
-        refused,
-        _ALONE,
-        429,
-        Hints(remaining=9, limit=10, reset_after=1.0),
-        1.01,
-        sent_at=1.0,
-        counted=False,
-    )
+    _first_report_after_the_reset(refused, status=429)
     assert refused.avail == 1  # (its request did not get in: one a window, at least)
 
 
