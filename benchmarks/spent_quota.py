@@ -215,7 +215,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 run")
     parser.add_argument(
         "--only",
-        nargs="*",
+        nargs="+",
+        action="extend",
         default=[],
         help="only the cells whose limiter and client name hold every one of these substrings",
     )
