@@ -124,6 +124,12 @@ class FastLane:
 
         ``now``: the time the caller read just before (the clock is read when not given, and
         after binding the request to scopes, which may take a round trip).
+
+        Through a shared store, a request its origin alone admits is bound again: the scopes
+        another process learned between the binding and the admission bind it too, and the
+        flow asks them (the origin's slot given back).  A fleet's processes starting together
+        bound their first requests while another's cold-start probe was out, were admitted
+        when its answer came, and sent one into the quota that answer had just named spent.
         """
         if testing.current() is not None:
             return _NOT_ENTERED
@@ -144,7 +150,17 @@ class FastLane:
             tracker = bound
             if tracker.healthy(now):
                 return _HEALTHY, tracker, now
-        return (_ADMITTED, tracker, now) if tracker.try_now(now) else _NOT_ENTERED
+        if not tracker.try_now(now):
+            return _NOT_ENTERED
+        if (
+            bound is None
+            and self.shared
+            and bind is not None
+            and bind(origin, request, False) is not None  # learned meanwhile: see above
+        ):
+            tracker.failed()
+            return _NOT_ENTERED
+        return _ADMITTED, tracker, now
 
     def learner(self, tracker: Tracker, hints: Hints, origin: str, request: object) -> Tracker:
         """The tracker to learn ``hints`` with: one that learns scopes, if they name any."""
@@ -235,8 +251,14 @@ class FastLane:
             tracker = bound
             if (yield from stepwise(tracker).healthy(now)):
                 return Lane.HEALTHY, tracker, now
-        admitted = yield from stepwise(tracker).try_now(now)
-        return (Lane.ADMITTED, tracker, now) if admitted else _NOT_ENTERED
+        if not (yield from stepwise(tracker).try_now(now)):
+            return _NOT_ENTERED
+        if bound is None and self.shared and bind is not None:  # (see enter)
+            rebound = yield from bind.steps(origin, request, False)
+            if rebound is not None:
+                tracker.failed()
+                return _NOT_ENTERED
+        return Lane.ADMITTED, tracker, now
 
     def learner_steps(
         self, tracker: Tracker, hints: Hints, origin: str, request: object

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +14,8 @@ from smoothclient.edges import flow
 from smoothclient.edges import lane as lane_module
 from smoothclient.edges.lane import FastLane, Lane
 from smoothclient.hints import GENERIC, Hints, read_fields
-from smoothclient.pacing.steps import run
-from smoothclient.pacing.store import KeyTracker, MemoryCell
+from smoothclient.pacing.steps import Steps, run
+from smoothclient.pacing.store import KeyTracker, MemoryCell, Tracker
 from smoothclient.testing import FakeClock
 
 ORIGIN = "http://api.test:80"
@@ -106,3 +107,56 @@ def test_the_flow_reads_the_headers_of_a_first_answer_once(monkeypatch: pytest.M
     with httpx.Client(transport=transport) as client:
         assert client.get("http://api.test/x").status_code == 200
     assert len(reads) == 2  # the 429's once (by the lane), the 200's once (by the flow)
+
+
+class _LearnsMeanwhile:
+    """
+    A binder of a shared store whose scopes another process learns between two looks.
+
+    Its first look finds no scope on the route; by the next, another process's answer (a
+    cold-start probe's) named one: the request is bound by it then.
+    """
+
+    books: Callable[[str], object] | None = None
+
+    def __init__(self, scoped: KeyTracker) -> None:
+        self.scoped = scoped
+        self.looks = 0
+
+    def __call__(self, origin: str, request: object, late: bool) -> Tracker | None:
+        self.looks += 1
+        return None if self.looks == 1 else self.scoped
+
+    def steps(self, origin: str, request: object, late: bool) -> Steps[Tracker | None]:
+        return self(origin, request, late)
+        yield  # pragma: no cover - a generator that returns at once
+
+
+@pytest.mark.parametrize("driver", ["sync", "steps"])
+def test_scopes_learned_while_the_origin_admitted_a_request_bind_it(driver: str) -> None:
+    """
+    Through a shared store, a request its origin alone admitted is bound again.
+
+    A fleet's processes that started together bound their first requests while another's
+    cold-start probe was out; the probe's answer named a quota spent, and the origin let
+    them go: one in six runs of four processes sent a request into that quota.  Bound again,
+    the request goes to the flow, which asks the scope, and the origin's slot is given back.
+    """
+    clock = FakeClock(100.0)
+    pacer = Pacer(clock=clock, probe=0)
+    binder = _LearnsMeanwhile(pacer.track("http://api.test:80#scope"))
+    lane = FastLane(pacer, RetryPolicy(), GENERIC, binder)
+    lane.shared = True  # (a store in Redis: the scopes learned by others come through it)
+    if driver == "sync":
+        entry, tracker, _ = lane.enter(ORIGIN)
+    else:
+        entry, tracker, _ = run(lane.enter_steps(ORIGIN))
+    assert (entry, tracker) == (Lane.FLOW, None)
+    assert binder.looks == 2
+    assert pacer.view(ORIGIN).in_flight == 0  # the origin's slot given back
+    # a store in memory: the binding and the admission are one moment, no second look
+    fresh = Pacer(clock=clock, probe=0)
+    binder = _LearnsMeanwhile(fresh.track("http://api.test:80#scope"))
+    entry, tracker, _ = FastLane(fresh, RetryPolicy(), GENERIC, binder).enter(ORIGIN)
+    assert entry is Lane.ADMITTED
+    assert binder.looks == 1
