@@ -273,7 +273,6 @@ class CallFlow:
             # a wait drawn before the origin had a rate: the slot is asked for at its end, so
             # a rate learned meanwhile (from the answers to the rest of a herd) paces it too
             yield self._sleep(backoff)
-        polled = False
         while True:
             if self.rebind is not None:  # the scopes learned since bind the request too
                 self.tracker = (yield from self.rebind(False)) or self.base
@@ -285,10 +284,9 @@ class CallFlow:
                 down = yield from stepwise(self.tracker).read(outage.down_for(now))
                 return self._refused(admission.delay, now, deadline, down, admission.closed_for)
             if admission.final:
-                if polled and (yield from self._rebound()):
-                    continue  # scopes its wait taught bind it: asked of them too
+                if (yield from self._rebound()):
+                    continue  # scopes learned since it was bound bind it: asked of them too
                 break
-            polled = True
             yield from self._held(admission.delay, now)
             yield self._sleep(admission.delay)
         if admission.delay > 0:
@@ -305,11 +303,13 @@ class CallFlow:
 
     def _rebound(self) -> Steps[bool]:
         """
-        Whether scopes learned during a wait bind a request its origin alone just admitted.
+        Whether scopes learned since it was bound bind a request its origin alone just admitted.
 
         Then the origin's slot is given back, and the request is asked of them all: the answer
         that ended its wait (a cold-start probe's, say) may have named a quota that is spent,
-        and learned after the request was last bound, it was sent into it.
+        and learned after the request was last bound, it was sent into it.  Not only after a
+        wait: another thread's answer, or another process's through a shared store, may land
+        between the binding and the admission.
         """
         if self.rebind is None or isinstance(self.tracker, Bound):
             return False

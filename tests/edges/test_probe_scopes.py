@@ -152,6 +152,35 @@ def test_a_waiter_bound_just_before_the_probes_answer_lands_is_refused_not_sent(
     assert list(pacer.scopes(ORIGIN)) == ["5-in-1min"]
 
 
+def test_a_call_bound_just_before_the_probes_answer_lands_is_refused_at_its_first_ask() -> None:
+    """
+    The answer lands between a call's first binding (the origin alone) and its first ask.
+
+    Its origin admits it at once, with no wait between: bound again all the same, it is
+    refused by the scope the answer named (another thread's answer, or another process's
+    through a shared store, lands there as well as during a wait).
+    """
+    clock = FakeClock(100.0)
+    pacer = Pacer(clock=clock, probe=PROBE)
+    probe = flow_of(pacer, clock).run()
+    assert next(probe) is SEND
+    binds: list[Tracker | None] = []
+
+    def rebind(late: bool) -> Steps[Tracker | None]:
+        bound = yield from pacer.binding(ORIGIN, "/work", route_of, late=late)
+        binds.append(bound)
+        if len(binds) == 1:  # its first ask, bound by the origin alone: the answer lands
+            assert bound is None
+            answer(probe)
+        return bound
+
+    assert_closed(refused(flow_of(pacer, clock, rebind).run()))
+    assert binds[0] is None
+    assert binds[-1] is not None  # bound by the scope the answer named
+    assert pacer.view(ORIGIN).waiting == 0  # the origin's slot given back
+    assert clock() == 100.0  # no wait at all
+
+
 def test_one_process_with_threads_waits_only_for_the_probes_answer() -> None:
     """
     Real threads through one transport's pacer: the waiters end with the probe's answer.
