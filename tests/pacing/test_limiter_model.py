@@ -66,9 +66,16 @@ def state_of(t: KeyTracker) -> st.OriginState:
     ],
 )
 def test_one_client_drains_near_the_ideal_without_extra_429s(
-    name: str, limiter: Limiter, style: Style, calls: int, retry_after: float | None
+    name: str,
+    limiter: Limiter,
+    style: Style,
+    calls: int,
+    retry_after: float | None,
+    wall_on_trio: Callable[..., None],
 ) -> None:
     """Every limiter kind: close to the drain time it allows, hardly a 429 past the first wave."""
+    wall_on_trio()  # epoch resets read on the virtual clock (on a loaded machine the wall's
+    # clock ran ahead of it, and a moving window took 1.5x the ideal in a CI run)
     result = run_herd(limiter, style, calls, retry_after=retry_after)
     assert result.failed == 0
     assert result.ratio <= 1.45, name
