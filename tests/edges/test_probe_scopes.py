@@ -101,6 +101,29 @@ def assert_closed(error: RateLimited) -> None:
     assert record.gave_up_kind == "closed"
 
 
+def answered_at_binding(
+    pacer: Pacer, clock: FakeClock, nth: int
+) -> tuple[list[Tracker | None], Rebind]:
+    """
+    A probe sent, and a call's binding during which its answer lands: at the ``nth`` binding.
+
+    Each binding is kept; the ``nth`` found the origin alone (no scope learned yet).
+    """
+    probe = flow_of(pacer, clock).run()
+    assert next(probe) is SEND
+    binds: list[Tracker | None] = []
+
+    def rebind(late: bool) -> Steps[Tracker | None]:
+        bound = yield from pacer.binding(ORIGIN, "/work", route_of, late=late)
+        binds.append(bound)
+        if len(binds) == nth:  # bound by the origin alone: the answer lands
+            assert bound is None
+            answer(probe)
+        return bound
+
+    return binds, rebind
+
+
 def test_waiters_behind_a_probe_are_refused_when_its_answer_names_a_spent_scope() -> None:
     """One process: three calls behind the probe, refused at their next ask after its answer."""
     clock = FakeClock(100.0)
@@ -128,18 +151,7 @@ def test_a_waiter_bound_just_before_the_probes_answer_lands_is_refused_not_sent(
     """
     clock = FakeClock(100.0)
     pacer = Pacer(clock=clock, probe=PROBE)
-    probe = flow_of(pacer, clock).run()
-    assert next(probe) is SEND
-    binds: list[Tracker | None] = []
-
-    def rebind(late: bool) -> Steps[Tracker | None]:
-        bound = yield from pacer.binding(ORIGIN, "/work", route_of, late=late)
-        binds.append(bound)
-        if len(binds) == 2:  # its second ask, bound by the origin alone: the answer lands
-            assert bound is None
-            answer(probe)
-        return bound
-
+    binds, rebind = answered_at_binding(pacer, clock, 2)  # its second ask: the answer lands
     waiter = flow_of(pacer, clock, rebind).run()
     poll = next(waiter)
     assert isinstance(poll, Sleep)  # behind the probe
@@ -162,18 +174,7 @@ def test_a_call_bound_just_before_the_probes_answer_lands_is_refused_at_its_firs
     """
     clock = FakeClock(100.0)
     pacer = Pacer(clock=clock, probe=PROBE)
-    probe = flow_of(pacer, clock).run()
-    assert next(probe) is SEND
-    binds: list[Tracker | None] = []
-
-    def rebind(late: bool) -> Steps[Tracker | None]:
-        bound = yield from pacer.binding(ORIGIN, "/work", route_of, late=late)
-        binds.append(bound)
-        if len(binds) == 1:  # its first ask, bound by the origin alone: the answer lands
-            assert bound is None
-            answer(probe)
-        return bound
-
+    binds, rebind = answered_at_binding(pacer, clock, 1)  # its first ask: the answer lands
     assert_closed(refused(flow_of(pacer, clock, rebind).run()))
     assert binds[0] is None
     assert binds[-1] is not None  # bound by the scope the answer named
