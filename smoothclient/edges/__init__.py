@@ -1,7 +1,8 @@
 """
 The edges: where smoothclient meets a client library, sends, sleeps and closes responses.
 
-- :mod:`.flow`: one logical call as a generator of actions (no I/O), driven sync or async;
+- :mod:`.flow`: one logical call as a generator of actions (no I/O);
+- :mod:`.driver`: its drivers, sync and async (send, sleep, close, a store's round trips);
 - :mod:`.lane`: the hot path (a first attempt that needs no waiting skips the flow);
 - :mod:`.base`: :class:`~.base.EdgeCore`, the one shape of a call every edge runs;
 - :mod:`.httpx_transport`, :mod:`.requests_adapter`: the edges themselves;
