@@ -1,8 +1,7 @@
 """
 The edges: where smoothclient meets a client library, sends, sleeps and closes responses.
 
-- :mod:`.flow`: one logical call as a generator of actions (no I/O);
-- :mod:`.driver`: its drivers, sync and async (send, sleep, close, a store's round trips);
+- :mod:`.flow`: one logical call as a generator of actions (no I/O), driven sync or async;
 - :mod:`.lane`: the hot path (a first attempt that needs no waiting skips the flow);
 - :mod:`.base`: :class:`~.base.EdgeCore`, the one shape of a call every edge runs;
 - :mod:`.httpx_transport`, :mod:`.requests_adapter`: the edges themselves;

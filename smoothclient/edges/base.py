@@ -11,10 +11,8 @@ is a module beside ``httpx_transport`` and ``requests_adapter`` built on :class:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import random
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -24,23 +22,19 @@ from ..errors import RateLimited
 from ..events import CallEnded, CallRecord
 from ..hints import FieldAccess
 from ..hints.numbers import declared_length
-from ..pacing.bells import Bells
 from ..pacing.pacer import Pacer, PacerLike
 from ..pacing.scopes import ScopeFn
 from ..pacing.steps import Steps, in_thread, on_asyncio
 from ..pacing.store import Tracker
 from ..policy import DEFAULT_POLICY, POLICY_FIELDS, RetryPolicy, overrides, with_fields
-from .driver import Finished, Offload, drive, drive_async
-from .flow import CallFlow, Failure, Reply
+from .flow import CallFlow, Failure, Finished, Offload, Reply, drive, drive_async
 from .lane import Binder, FastLane, Lane, _Response, first_try, first_try_async, left_of
 
 __all__ = [
     "DRAIN_LIMIT",
-    "REAL_SLEEPS",
     "Edge",
     "EdgeCore",
     "RequestInfo",
-    "anyio_sleep",
     "cut_on_asyncio",
     "describe",
     "drainable",
@@ -48,27 +42,11 @@ __all__ = [
 ]
 
 R = TypeVar("R", bound=_Response)
-_ADMITTED = Lane.ADMITTED
 A = TypeVar("A")
 T = TypeVar("T")
 
 #: Error bodies up to this size are read before closing, so the connection can be reused.
 DRAIN_LIMIT = 64 * 1024
-
-
-async def anyio_sleep(seconds: float) -> None:
-    """``anyio.sleep``: the running event loop's (asyncio or trio), imported on first use."""
-    import anyio  # (httpx itself needs it only for its async client)
-
-    await anyio.sleep(seconds)
-
-
-#: The sleeps on the real clock: a request a full crowd window holds waits on the pacer's
-#: bell instead, woken when an attempt of its origin ends (:mod:`~..pacing.bells`); a wait of
-#: any other sleep (a test's fake clock) is never cut short.
-REAL_SLEEPS: frozenset[Callable[[float], object]] = frozenset(
-    {time.sleep, asyncio.sleep, anyio_sleep}
-)
 
 
 def drainable(headers: Mapping[str, str]) -> bool:
@@ -132,17 +110,7 @@ class EdgeCore:
         scope: the edge's scope function (overrides the pacer's).
     """
 
-    __slots__ = (
-        "_access",
-        "bells",
-        "bind",
-        "lane",
-        "offload",
-        "overrides",
-        "pacer",
-        "policy",
-        "rng",
-    )
+    __slots__ = ("_access", "bind", "lane", "offload", "overrides", "pacer", "policy", "rng")
 
     def __init__(
         self,
@@ -212,10 +180,6 @@ class EdgeCore:
         core.policy = policy
         core.lane = FastLane(self.pacer, policy, self._access, self.bind)
         return core
-
-    def _bells(self, sleep: Callable[[float], object]) -> Bells | None:
-        """The pacer's bells (a held request woken as a place frees), if ``sleep`` is real."""
-        return getattr(self.pacer, "bells", None) if sleep in REAL_SLEEPS else None
 
     def _started(self, began: float | None = None) -> tuple[float, float, float | None]:
         """
@@ -299,10 +263,7 @@ class EdgeCore:
             response, first, record, lane, tracker = first_try(
                 self.lane, origin, send, request, deadline, failure_of, reply_of, now
             )
-            bells = self._bells(sleep) if lane is _ADMITTED or record is None else None
             if record is not None and response is not None:  # ended on the fast lane
-                if bells is not None:
-                    bells.ring(origin)  # (counted in flight: its place is free)
                 return self._ended(origin, response, record)
             attempt = self._within(send, deadline)
             done = drive(
@@ -314,7 +275,6 @@ class EdgeCore:
                 sleep,
                 last=response,
                 error=first.exception if isinstance(first, Failure) else None,
-                bells=bells,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
             self._not_sent(origin, exc)
@@ -351,14 +311,9 @@ class EdgeCore:
                 offload,
                 on_loop,
             )
-            bells = self._bells(sleep) if lane is _ADMITTED or record is None else None
             if record is not None and response is not None:  # ended on the fast lane
-                if bells is not None:
-                    bells.ring(origin)
                 return self._ended(origin, response, record)
             attempt = self._within(send, deadline)
-            if bells is not None and not on_asyncio():
-                bells = None  # (its waits are asyncio's: a loop of trio's sleeps as it is)
             done = await drive_async(
                 self.flow(origin, info(request), first, lane, started, tracker, request),
                 lambda: attempt(request),
@@ -369,7 +324,6 @@ class EdgeCore:
                 last=response,
                 error=first.exception if isinstance(first, Failure) else None,
                 offload=offload,
-                bells=bells,
             )
         except RateLimited as exc:  # not sent: the pacer would hold it too long
             self._not_sent(origin, exc)

@@ -9,7 +9,7 @@ returns a :class:`~smoothclient.events.RecordBuilder`; the edge then returns the
 or raises the last exception.  It does no I/O: it asks the pacer's tracker for slots and tells
 it what came back (each a step: :func:`~smoothclient.pacing.store.stepwise`), and the engine
 what to do next.  So a sync edge takes a step's round trips with the store's sync client, and
-an async edge on asyncio awaits them on its loop (the drivers: :mod:`.driver`).
+an async edge on asyncio awaits them on its loop (:func:`drive_async`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import dataclasses
 import functools
 import logging
 import random
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .. import _mode as testing
 from ..engine.decide import (
@@ -40,7 +40,7 @@ from ..events import RecordBuilder, RetryEntry, RetryEvent
 from ..hints import GENERIC, FieldAccess, Hints, read_fields, with_body_hints
 from ..pacing import outage
 from ..pacing.scopes import Bound, names_new_scopes
-from ..pacing.steps import Steps, Trip
+from ..pacing.steps import Steps, Trip, answer, answer_async, boxed
 from ..pacing.store import Tracker, stepwise
 from ..policy import RetryBudget, RetryPolicy
 
@@ -49,9 +49,12 @@ __all__ = [
     "SEND",
     "CallFlow",
     "Failure",
+    "Finished",
     "Reply",
     "Sleep",
     "announce",
+    "drive",
+    "drive_async",
 ]
 
 log = logging.getLogger("smoothclient")
@@ -62,14 +65,14 @@ _NO_HINTS = Hints()
 #: A retry the budget has no room for asks again after about this long (jittered into half
 #: to all of it), until its deadline (see CallFlow._room).
 BUDGET_WAIT = 0.25
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
 class Sleep:
-    """Wait ``seconds``; ``wake``: or less, until an attempt of the origin ends (a ring)."""
+    """Wait ``seconds``."""
 
     seconds: float
-    wake: bool = False
 
 
 class _Marker:
@@ -190,9 +193,9 @@ class CallFlow:
         self.kept = True  # the last response released is still whole (its body in memory)
         self.released = False  # the last response was released before the retry was decided
 
-    def _sleep(self, seconds: float, wake: bool = False) -> Sleep:
+    def _sleep(self, seconds: float) -> Sleep:
         self.record.waits.append(seconds)
-        return Sleep(0.0 if self.no_wait else seconds, wake)
+        return Sleep(0.0 if self.no_wait else seconds)
 
     def run(self) -> Generator[Action, Any, RecordBuilder]:
         """Drive the call: yield actions, receive replies, return the record."""
@@ -285,7 +288,7 @@ class CallFlow:
                     continue  # scopes learned since it was bound bind it: asked of them too
                 break
             yield from self._held(admission.delay, now)
-            yield self._sleep(admission.delay, admission.place)  # (a place: a ring may end it)
+            yield self._sleep(admission.delay)
         if admission.delay > 0:
             try:
                 yield from self._held(admission.delay, now)
@@ -446,3 +449,141 @@ class CallFlow:
         if not waited:
             return decision
         return dataclasses.replace(decision, delay=max(0.0, decision.delay - waited))
+
+
+@dataclass(frozen=True, slots=True)
+class Finished(Generic[R]):
+    """How a driven call ended: the last response (or ``None``), the last error, the record."""
+
+    response: R | None
+    error: BaseException | None
+    record: RecordBuilder
+
+    def unwrap(self) -> R:
+        """Return the last response, or raise the last error."""
+        if self.error is not None:
+            raise self.record.attach_to(self.error)
+        assert self.response is not None
+        return self.response
+
+
+def drive(
+    flow: CallFlow,
+    send: Callable[[], R],
+    reply_of: Callable[[R], Reply],
+    failure_of: Callable[[Exception], Failure | None],
+    discard: Callable[[R], bool | None],
+    sleep: Callable[[float], object],
+    *,
+    last: R | None = None,
+    error: BaseException | None = None,
+) -> Finished[R]:
+    """
+    Run ``flow`` synchronously; return the last response or exception and the record.
+
+    ``last`` / ``error``: what the edge's fast lane already got (``flow.first``).
+    ``discard(response)`` releases a response; ``False`` when its body is gone (unread).
+    """
+    gen = flow.run()
+    try:
+        action = next(gen)
+        while True:
+            if action is SEND:
+                try:
+                    last, error = send(), None
+                    result: Reply | Failure = reply_of(last)
+                except Exception as exc:
+                    failure = failure_of(exc)
+                    if failure is None:
+                        raise
+                    last, error, result = None, exc, failure
+                action = gen.send(result)
+            elif action is DISCARD:
+                kept = discard(last) if last is not None else None
+                action = gen.send(kept)
+            elif isinstance(action, Trip):  # a shared store's round trip, taken here
+                action = answer(gen, action)
+            else:
+                assert isinstance(action, Sleep)
+                sleep(action.seconds)
+                action = next(gen)
+    except StopIteration as stop:
+        return Finished(last, error, stop.value)
+    finally:
+        gen.close()
+
+
+#: Runs a step of the call's own code (the flow, the fast lane) somewhere else than in the
+#: event loop's thread: a worker thread, when the pacer's store does blocking I/O there.
+Offload = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+def _boxed_here(gen: Generator[Action, Any, Any], fn: Callable[[], Action]) -> tuple[bool, Any]:
+    """:func:`~smoothclient.pacing.store.boxed`, the store's round trips taken here (a thread)."""
+
+    def taken() -> Action:
+        action = fn()
+        while isinstance(action, Trip):
+            action = answer(gen, action)
+        return action
+
+    return boxed(taken)
+
+
+async def drive_async(
+    flow: CallFlow,
+    send: Callable[[], Awaitable[R]],
+    reply_of: Callable[[R], Reply],
+    failure_of: Callable[[Exception], Failure | None],
+    discard: Callable[[R], Awaitable[bool | None]],
+    sleep: Callable[[float], Awaitable[object]],
+    *,
+    last: R | None = None,
+    error: BaseException | None = None,
+    offload: Offload | None = None,
+) -> Finished[R]:
+    """
+    Async twin of :func:`drive`.
+
+    The flow's own steps (its pacer calls) run right here, in the event loop, and the round
+    trips of a shared store's steps are awaited on it (``redis.asyncio``: the loop never
+    blocks; a failed or slow trip is thrown into the step, which falls back).  ``offload``:
+    where the flow's steps run instead, round trips and all, e.g.
+    :func:`~smoothclient.pacing.store.in_thread` for a shared store on trio
+    (``redis.asyncio`` runs on asyncio only).
+    """
+    gen = flow.run()
+
+    async def advance(fn: Callable[[], Action]) -> tuple[bool, Any]:
+        if offload is not None:
+            taken: tuple[bool, Any] = await offload(functools.partial(_boxed_here, gen, fn))
+            return taken
+        going, action = boxed(fn)
+        while going and isinstance(action, Trip):  # a failed trip: the step falls back
+            going, action = await answer_async(gen, action)
+        return going, action
+
+    try:
+        going, action = await advance(gen.__next__)
+        while going:
+            if action is SEND:
+                try:
+                    last, error = await send(), None
+                    result: Reply | Failure = reply_of(last)
+                except Exception as exc:
+                    failure = failure_of(exc)
+                    if failure is None:
+                        raise
+                    last, error, result = None, exc, failure
+                going, action = await advance(functools.partial(gen.send, result))
+                continue
+            if action is DISCARD:
+                kept = await discard(last) if last is not None else None
+                going, action = await advance(functools.partial(gen.send, kept))
+                continue
+            assert isinstance(action, Sleep)
+            await sleep(action.seconds)
+            going, action = await advance(gen.__next__)
+        return Finished(last, error, action)
+    finally:
+        gen.close()

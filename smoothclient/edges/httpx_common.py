@@ -37,7 +37,7 @@ from ..pacing.keys import origin_key
 from ..pacing.pacer import PacerLike
 from ..pacing.scopes import ScopeFn
 from ..policy import RetryPolicy
-from .base import Edge, EdgeCore, RequestInfo, anyio_sleep, cut_on_asyncio, drainable
+from .base import Edge, EdgeCore, RequestInfo, cut_on_asyncio, drainable
 from .cost import USAGE_LIMIT, CallCost, estimate_tokens, usage_of
 from .flow import Failure, Reply
 from .httpx_cached import Ended, send_async_cached, send_cached
@@ -515,6 +515,12 @@ class SyncEdge(_Edge[S]):
         self.transport.close()
 
 
+async def _anyio_sleep(seconds: float) -> None:
+    import anyio  # imported on first use: httpx itself needs it only for its async client
+
+    await anyio.sleep(seconds)
+
+
 class AsyncEdge(_Edge[A]):
     """The async transport of either library (see :class:`smoothclient.AsyncSmoothTransport`)."""
 
@@ -522,7 +528,7 @@ class AsyncEdge(_Edge[A]):
 
     @staticmethod
     def _default_sleep() -> Callable[[float], Any]:
-        return anyio_sleep
+        return _anyio_sleep
 
     async def handle_async_request(self, request: Any) -> Any:
         """Send ``request`` through the cache (if any) and the retry flow; return the response."""

@@ -71,7 +71,7 @@ def _plan(
 ) -> tuple[Admission, float | None]:
     """The answer for a slot no earlier than ``not_before``, and the slot if it is granted."""
     if _crowd_full(o, now):  # asked again soon: an answer frees a place
-        return Admission(_crowd_poll(o, s), final=False, place=True), None
+        return Admission(_crowd_poll(o, s), final=False), None
     start = max(now, not_before, o.gate)
     at = _slot(o, start)
     if at is None:  # a reset is being probed: its answer says how many may go
@@ -128,7 +128,7 @@ def held(
     """
     if not (o.known or s.probe == 0) or not _crowd_full(o, now):
         return None
-    answer = Admission(_crowd_poll(o, s), final=False, place=True)
+    answer = Admission(_crowd_poll(o, s), final=False)
     if not_before <= now + HORIZON:
         _queue(o, NO_DEADLINE if deadline is None else deadline, now + answer.delay)
     return _by_deadline(answer, now, deadline)
@@ -145,7 +145,7 @@ def _by_deadline(answer: Admission, now: float, deadline: float | None) -> Admis
         return answer
     if now >= deadline:
         return Admission(answer.delay, final=True, granted=False)
-    return Admission(deadline - now, final=False, place=answer.place)
+    return Admission(deadline - now, final=False)
 
 
 def _acquire(

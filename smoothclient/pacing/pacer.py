@@ -34,7 +34,6 @@ from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from .._validate import forward, function, positive_int, seconds
-from .bells import Bells
 from .keys import LruMap
 from .scopes import (
     MAX_ROUTES,
@@ -195,9 +194,6 @@ class Pacer:
                 functools.partial(self._forget_scope, origin),
             ),
         )
-        #: This process's requests that a full crowd window holds, woken one by one as the
-        #: attempts of their origin end (by the edges that sleep on the real clock).
-        self.bells = Bells()
         #: The tracker of an origin if it has state (the fast lane's cheap look; no lock).
         self.peek: Callable[[str], Tracker | None] = self._store.peek
         #: An origin's scopes if it has any (``None``: none yet); a dict read, no lock.

@@ -110,8 +110,6 @@ class Admission:
     ``delay``" (a cold-start probe is outstanding).  ``granted`` False means the slot would
     fall beyond the caller's deadline and nothing was reserved; ``closed_for`` then says how
     long until the reset of a quota the server stated spent, if that is what holds it.
-    ``place``: asked again because a full crowd window holds it, so an attempt of the origin
-    that ends (a place freed) may end the wait early (:mod:`.bells`).
     """
 
     delay: float
@@ -119,7 +117,6 @@ class Admission:
     granted: bool = True
     # refused: the server said the quota is spent and resets in this many seconds
     closed_for: float | None = None
-    place: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,28 +184,6 @@ def test_a_full_window_holds_requests_and_frees_a_place_per_answer() -> None:
     assert adm.acquire(o, S, 10.1, 10.1, None).final
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_a_request_a_full_window_holds_is_told_a_freed_place_may_end_its_wait(
-    shared: bool,
-) -> None:
-    """Only a full window's hold says so (pacing/bells.py): other waits are not cut short."""
-    settings = st.Settings(probe=0, shared=shared)
-    o = slow(in_flight=3)
-    o.crowd_window, o.crowd_moved = 3.0, 10.0
-    held = adm.acquire(o, settings, 10.01, 10.01, None)
-    assert (held.final, held.place) == (False, True)
-    quick = adm.held(o, settings, 10.01, 10.01, None)
-    assert quick is not None
-    assert quick.place
-    near = adm.acquire(o, settings, 10.01, 10.01, 10.012)  # its deadline before the poll
-    assert (near.final, near.place) == (False, True)
-    assert near.delay == pytest.approx(0.002)
-    o.crowd_window = math.inf
-    o.pace.rate, o.pace.tat = 1.0, 12.0  # paced: a slot later, not a place
-    paced = adm.acquire(o, settings, 10.01, 10.01, None)
-    assert not paced.place
-
-
 def test_a_full_window_that_hears_nothing_back_lets_one_go() -> None:
     """Counts of a fleet's process that ended unwritten never hold an origin for good."""
     o = slow(in_flight=3, latency=0.1)
