@@ -70,7 +70,9 @@ from .state import OriginState, Settings
 
 __all__ = [
     "ASK_AGAIN",
+    "KNOCK_GAP",
     "LEAST",
+    "PATIENCE",
     "REGROW",
     "SERVED",
     "SHRINK",
@@ -99,6 +101,17 @@ SERVED = 0.02
 LEAST = 0.5
 #: A throttle that finds this process holding no place multiplies a window below one by this.
 SHRINK = 0.5
+#: A window below one that has heard of no success for this long (seconds) knocks more slowly:
+#: each request turned away halves it below :data:`LEAST`, down to one request every
+#: :data:`KNOCK_GAP`.  A concurrency limit busy with others' work admits nobody's knock for a
+#: while, but a rate limiter in front of a slow application is read as one too (its successes
+#: take the application's time, its refusals come at once), and one that counts the requests
+#: it refuses (HAProxy's stick table) stays shut while it is knocked on: at ``LEAST`` against
+#: 30 ms successes, a herd knocked every 60 ms for a minute and 50 of its 60 calls failed
+#: (in virtual time, ``smoothclient/tools/limiters.py``; HAProxy on a loaded machine did the same).
+PATIENCE = 1.0
+#: The longest a window below one waits between knocks once :data:`PATIENCE` ran out.
+KNOCK_GAP = 0.5
 #: A throttle that took this share of the quickest success or more came back as late as a
 #: success (a remote server's round trip: a rate limiter's); sooner, the limiter turned it
 #: away at once.  Three quarters, not a half: on a loaded machine a fleet's event loops took
@@ -143,6 +156,14 @@ def width(o: OriginState) -> float:
     if _below_one(o) and o.latency and o.pace.rate is not None:
         return o.pace.rate * o.latency
     return o.crowd_window
+
+
+def _least(o: OriginState, now: float) -> float:
+    """The least window now: :data:`LEAST`, or less once no success came for :data:`PATIENCE`."""
+    last = o.successes[-1] if o.successes else o.first_seen
+    if now - last < PATIENCE or not o.latency:
+        return LEAST
+    return min(LEAST, o.latency / KNOCK_GAP)
 
 
 def _set(o: OriginState, s: Settings, window: float, now: float) -> None:
@@ -247,7 +268,7 @@ def crowded(
     elif others:
         window = min(now_width, float(others))
     elif fresh:
-        window = max(LEAST, SHRINK * min(now_width, 1.0))  # the others hold every place
+        window = max(_least(o, now), SHRINK * min(now_width, 1.0))  # others hold every place
     else:
         window = min(now_width, 1.0)  # this round's cut is taken
     _set(o, s, window, now)

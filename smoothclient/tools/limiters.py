@@ -311,6 +311,7 @@ def run_herd(
     spread: float = 0.0,
     stagger: float = 0.0,
     proc_stagger: float = 0.0,
+    service: float = 0.0,
     retry_after: float | None = None,
     policy: Any = None,
     seed: int = 0,
@@ -325,6 +326,8 @@ def run_herd(
     random, seeded), so sends and answers interleave.  Both as for a herd sent from threads.
     ``proc_stagger``: client ``i`` starts ``i * proc_stagger`` seconds late (the processes of a
     real fleet released together are milliseconds apart, and the first takes the whole burst).
+    ``service``: a backend behind a rate limiter takes this long to serve what it admits, while
+    the limiter refuses at once (a gateway in front of a slow application).
     """
     import httpx
     import trio
@@ -347,6 +350,8 @@ def run_herd(
         if verdict.admitted and isinstance(limiter, Concurrency):
             await trio.sleep(limiter.service)  # served: its place is taken meanwhile
             limiter.done()
+        elif verdict.admitted and service:
+            await trio.sleep(service)  # the backend serves it; refusals come at once
         headers = headers_for(
             limiter, verdict, style, retry_after=retry_after, wall=lambda: start_wall + now
         )

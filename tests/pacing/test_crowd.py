@@ -184,6 +184,27 @@ def test_a_full_window_holds_requests_and_frees_a_place_per_answer() -> None:
     assert adm.acquire(o, S, 10.1, 10.1, None).final
 
 
+def test_below_one_with_no_success_for_a_while_knocks_slower_down_to_a_gap() -> None:
+    """A limiter that counts what it refuses stays shut while knocked on at LEAST."""
+    o = slow(latency=0.03)
+    o.successes.append(10.0)  # the last success
+    o.crowd_window = 1.0
+    now = 10.2
+    assert crowd.crowded(o, S, now, counted=True, sent_at=now - 0.001)
+    assert crowd.width(o) == crowd.LEAST  # a success not long ago: the others may finish soon
+    widths = []
+    for step in range(1, 8):  # then no success for PATIENCE: each refusal halves it
+        now = 10.0 + crowd.PATIENCE + 0.1 * step
+        assert crowd.crowded(o, S, now, counted=True, sent_at=now - 0.001)
+        widths.append(crowd.width(o))
+    assert widths[:3] == pytest.approx([0.25, 0.125, 0.0625])
+    least = 0.03 / crowd.KNOCK_GAP
+    assert widths[-1] == pytest.approx(least)  # a knock every KNOCK_GAP at the least
+    assert o.pace.interval == pytest.approx(crowd.KNOCK_GAP)
+    crowd.served(o, S, now + 0.5, sent_at=now + 0.47)  # a place came free: one again
+    assert crowd.width(o) == 1.0
+
+
 def test_a_full_window_that_hears_nothing_back_lets_one_go() -> None:
     """Counts of a fleet's process that ended unwritten never hold an origin for good."""
     o = slow(in_flight=3, latency=0.1)

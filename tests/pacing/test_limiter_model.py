@@ -603,6 +603,25 @@ def test_a_limiter_that_counts_refused_requests_is_not_kept_closed() -> None:
     assert max(r.extra_429s_per_call for r in results) <= 0.25
 
 
+@pytest.mark.parametrize("service", [0.03, 0.1])
+def test_a_limiter_that_counts_refusals_in_front_of_a_slow_application_is_not_buried(
+    service: float,
+) -> None:
+    """
+    A gateway refuses at once, the application behind it serves in ``service``: read as a
+    concurrency limit (its refusals come back while others are served), a window below one.
+
+    Knocking at its least window (every two service times) kept HAProxy's stick table shut
+    for good at 30 ms: a minute of knocks every 60 ms, 977 requests, 50 of 60 calls failed.
+    With no success for a second, each refusal halves the window further, to a knock every
+    half second: the penalty runs out.
+    """
+    result = run_herd(PenaltyBox(10, 1.0), "bare", 60, timeout=60.0, service=service)
+    assert result.failed == 0
+    assert result.ratio <= 3.5
+    assert result.sent <= 300  # (977 knocking at the least window)
+
+
 @pytest.mark.parametrize("limit", [0.1, 0.25])
 def test_a_quota_under_one_request_a_window_spaces_requests_at_most_max_gate_apart(
     limit: float,
