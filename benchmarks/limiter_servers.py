@@ -269,6 +269,7 @@ def nginx_limit_req(
     retry_after: int | None = None,
     name: str = "nginx",
     queue: bool = False,
+    service: float = 0.0,
 ) -> Iterator[Running]:
     """
     nginx ``limit_req zone rate=RATEr/s; limit_req burst=BURST nodelay; limit_req_status 429``.
@@ -276,8 +277,14 @@ def nginx_limit_req(
     Admits ``burst + 1`` at once (see the module docstring).  ``retry_after=N`` adds
     ``Retry-After: N`` to its 429s (through ``error_page``), nothing else.  ``queue``: no
     ``nodelay`` (nginx's default): requests over the rate wait in its queue, up to ``burst``.
+    ``service``: what it admits takes that long to serve (``echo_sleep``: an application
+    behind the gateway), while its 429s come at once.
     """
     location = _LIMIT_REQ_LOCATION.format(burst=burst, nodelay="" if queue else " nodelay")
+    modules = ""
+    if service:
+        location += f"            echo_sleep {service};\n            echo ok;\n"
+        modules = _echo_module()
     if retry_after is not None:
         location += _RETRY_AFTER_PAGE
     limit = Limit(
@@ -292,6 +299,7 @@ def nginx_limit_req(
         limiter=_LIMIT_REQ.format(rate=rate),
         location=location,
         extra="" if retry_after is None else _RETRY_AFTER_LOCATION.format(seconds=retry_after),
+        modules=modules,
     ) as running:
         yield running
 
@@ -307,11 +315,7 @@ def nginx_limit_conn(
     ``conns`` others being served is answered 429 at once, bare.  A concurrency limit, as
     Stripe's "concurrency" limiters are: how fast it admits depends on how fast it serves.
     """
-    if not os.path.exists(ECHO_MODULE):
-        ensure_nginx()
-        if not os.path.exists(ECHO_MODULE):
-            msg = f"nginx has no echo module here ({ECHO_MODULE}: install nginx-light)"
-            raise Skip(msg)
+    modules = _echo_module()
     limit = Limit(
         "concurrency",
         conns,
@@ -323,9 +327,19 @@ def nginx_limit_conn(
         limit,
         limiter=_LIMIT_CONN,
         location=_LIMIT_CONN_LOCATION.format(conns=conns, service=service),
-        modules=f"load_module {ECHO_MODULE};\n",
+        modules=modules,
     ) as running:
         yield running
+
+
+def _echo_module() -> str:
+    """The line that loads nginx's echo module (``echo_sleep``); or Skip without it."""
+    if not os.path.exists(ECHO_MODULE):
+        ensure_nginx()
+        if not os.path.exists(ECHO_MODULE):
+            msg = f"nginx has no echo module here ({ECHO_MODULE}: install nginx-light)"
+            raise Skip(msg)
+    return f"load_module {ECHO_MODULE};\n"
 
 
 @contextlib.contextmanager
