@@ -99,6 +99,7 @@ def test_a_reset_stated_to_the_millisecond_is_read_as_before() -> None:
     assert _state(p).reset_at == pytest.approx(0.7805)  # the latest statement, as is
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize(
     ("limiter", "procs", "calls", "bound", "extra"),
     [
@@ -216,6 +217,7 @@ def test_a_refusal_after_the_bound_refutes_it() -> None:
     assert resets.due(o) == o.reset_at
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize("phase", [0.0, 0.4, 0.8])
 def test_an_epoch_reset_rounded_up_does_not_lock_a_client_out_of_every_other_window(
     phase: float, wall_on_trio: Callable[..., None]

@@ -43,6 +43,7 @@ def retry_after_only() -> TokenBucket:
     return TokenBucket(5, 1.0, 3)
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize("procs", [3, 6])
 @pytest.mark.parametrize(
     ("make", "style", "retry_after"),
@@ -62,6 +63,7 @@ def test_a_fleet_sharing_nothing_sends_few_extra_429s(
     assert statistics.median(r.ratio for r in results) <= 1.75
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize("procs", [3, 6])
 def test_a_fleet_whose_first_process_took_the_whole_burst_drains_near_the_ideal(
     procs: int,
@@ -223,6 +225,7 @@ def test_a_limiters_first_throttle_measures_no_share_of_noise() -> None:
     assert o.noise_until < now
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize("rate", [10, 40])
 def test_one_pacer_reaches_the_admitted_rate_within_seconds(rate: int) -> None:
     """Alone, a learned rate gets 90% of what the limiter admits from the fifth second on."""
@@ -416,6 +419,7 @@ def test_a_throttle_sent_before_the_cut_took_effect_does_not_cut_again() -> None
 # ---------------------------------------------------------------------- windows: each its share
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize("procs", [3, 6])
 def test_a_fleet_sharing_nothing_takes_its_shares_of_a_fixed_window(procs: int) -> None:
     """

@@ -47,6 +47,7 @@ def state_of(t: KeyTracker) -> st.OriginState:
     return t.cell.state
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize(
     ("name", "limiter", "style", "calls", "retry_after"),
     [
@@ -82,6 +83,7 @@ def test_one_client_drains_near_the_ideal_without_extra_429s(
     assert result.extra_429s_per_call <= 0.3, name
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize("service", [0.1, 0.02], ids=["100ms", "20ms"])
 def test_a_concurrency_limit_is_paced_by_what_is_in_flight(service: float) -> None:
     """
@@ -104,6 +106,7 @@ def test_a_concurrency_limit_is_paced_by_what_is_in_flight(service: float) -> No
 CROWD_SEES_SENT_AT = "crowded(o, s, now, counted, sent_at)" in inspect.getsource(learning)
 
 
+@pytest.mark.herd
 @pytest.mark.skipif(
     not CROWD_SEES_SENT_AT,
     reason="learning.observe must pass sent_at to crowd.crowded (issue 34 item 3)",
@@ -128,6 +131,7 @@ def test_a_fleet_sharing_nothing_keeps_a_concurrency_limit_full(procs: int, boun
     assert statistics.median(r.extra_429s_per_call for r in results) <= 0.3
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize(
     ("limiter", "style", "calls", "retry_after"),
     [
@@ -158,6 +162,7 @@ def test_a_rate_limit_on_a_slow_origin_is_still_paced_by_its_rate(
     assert statistics.median(r.extra_429s_per_call for r in results) <= 0.3
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize(("stagger", "spread"), [(0.02, 0.0), (0.02, 0.005), (0.05, 0.01)])
 def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
     stagger: float, spread: float, wall_on_trio: Callable[..., None]
@@ -193,6 +198,7 @@ def test_a_herd_from_threads_drains_a_moving_window_near_the_ideal(
     assert max(r.extra_429s_per_call for r in results) <= 0.1
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize(
     "limiter",
     [
@@ -258,6 +264,7 @@ def test_when_early_probes_run_out_one_goes_where_retry_after_said() -> None:
     assert _probe_early(o, s, 3.5) == pytest.approx(stated)
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize(
     ("limiter", "style", "retry_after"),
     [
@@ -275,6 +282,7 @@ def test_a_fleet_sharing_nothing_finishes_without_starving(
     assert result.ratio <= 2.5
 
 
+@pytest.mark.herd
 def test_noisy_429s_do_not_collapse_the_rate() -> None:
     """30% of answers 429 whatever the rate: the throughput stays far above the floor."""
     result = run_herd(Noisy(0.3, retry_in=0.05), "retry-after", 400, retry_after=0.05)
@@ -404,6 +412,7 @@ def test_requests_sent_right_after_exhaustion_are_no_evidence() -> None:
     assert o.evidence == 0
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize("phase", [0.6, 0.9])
 def test_a_bucket_stating_clock_aligned_resets_is_paced_at_its_rate(
     phase: float, wall_on_trio: Callable[..., None]
@@ -587,6 +596,7 @@ def test_a_young_origin_is_not_cut_on_a_share_of_throttles_that_may_be_chance() 
     assert p.view(ORIGIN).rate is not None
 
 
+@pytest.mark.herd
 def test_a_limiter_that_counts_refused_requests_is_not_kept_closed() -> None:
     """
     HAProxy's stick table: what it refuses counts too, so knocking renews the penalty.
@@ -607,6 +617,7 @@ def test_a_limiter_that_counts_refused_requests_is_not_kept_closed() -> None:
     assert max(r.extra_429s_per_call for r in results) <= 0.25
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize("service", [0.03, 0.1])
 def test_a_limiter_that_counts_refusals_in_front_of_a_slow_application_is_not_buried(
     service: float,

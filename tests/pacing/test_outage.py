@@ -275,6 +275,7 @@ def test_transport_failures_count_and_the_state_survives_the_codec() -> None:
     assert load('{"outage": [1, "x"]}').outage.down_since is None  # junk: a fresh state
 
 
+@pytest.mark.herd
 @pytest.mark.parametrize(("retry_after", "shared"), [(None, False), (None, True), (5.0, False)])
 def test_a_fleet_does_not_bury_a_failing_server(retry_after: float | None, shared: bool) -> None:
     """
@@ -303,6 +304,7 @@ def test_the_release_ends_once_it_holds_nobody_back() -> None:
     assert healthy(o, now)  # served as before the outage
 
 
+@pytest.mark.herd
 def test_a_brownout_keeps_its_origin_up_and_its_pace_off() -> None:
     """Virtual time: half the requests fail for 10 s; afterwards the fleet sends what it offers."""
     pytest.importorskip("trio")
@@ -426,6 +428,7 @@ def test_a_fleets_handful_in_flight_does_not_hold_its_release(
     assert alone < fleet
 
 
+@pytest.mark.herd
 def test_no_metastable_failure_after_an_outage_of_a_worker_pool() -> None:
     """
     Virtual time: 4 clients offer 90 calls/s to a pool of 10 workers (100/s) whose queued
