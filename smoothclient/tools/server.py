@@ -17,6 +17,7 @@ anything else goes through the bucket.  Every request is logged
 
 from __future__ import annotations
 
+import functools
 import math
 import socket
 import sys
@@ -179,7 +180,9 @@ class Listening:
         """Listen on a free port of 127.0.0.1 in a background thread."""
         self._httpd = _Server(("127.0.0.1", 0), self.handler)
         self._httpd.owner = self
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        # (stop() waits for the loop's next look at its flag: half a second by default)
+        serve = functools.partial(self._httpd.serve_forever, poll_interval=0.05)
+        threading.Thread(target=serve, daemon=True).start()
         return self
 
     def stop(self) -> None:
