@@ -15,9 +15,11 @@ from smoothclient.tools.limiters import (
     STYLES,
     Concurrency,
     FixedWindow,
+    Limiter,
     MovingWindow,
     Noisy,
     PenaltyBox,
+    Style,
     TokenBucket,
     Verdict,
     headers_for,
@@ -25,8 +27,8 @@ from smoothclient.tools.limiters import (
 )
 
 
-def _admitted(limiter: object, times: list[float]) -> list[bool]:
-    return [limiter.hit(t).admitted for t in times]  # type: ignore[attr-defined]
+def _admitted(limiter: Limiter, times: list[float]) -> list[bool]:
+    return [limiter.hit(t).admitted for t in times]
 
 
 def test_a_token_bucket_admits_its_burst_then_one_per_interval() -> None:
@@ -85,9 +87,9 @@ def test_noise_refuses_about_its_share_whatever_the_rate() -> None:
 
 
 @pytest.mark.parametrize("style", STYLES)
-def test_each_style_states_what_its_libraries_send(style: str) -> None:
+def test_each_style_states_what_its_libraries_send(style: Style) -> None:
     refused = Verdict(False, 0, 0.4, 0.4)
-    names = {name for name, _ in headers_for(TokenBucket(5), refused, style, wall=lambda: 1e9)}  # type: ignore[arg-type]
+    names = {name for name, _ in headers_for(TokenBucket(5), refused, style, wall=lambda: 1e9)}
     assert "Date" in names
     assert ("RateLimit" in names) == (style == "ietf")
     assert ("X-RateLimit-Reset" in names) == (style in ("x", "github"))
