@@ -139,7 +139,11 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     since = now - EPOCH
     delivered, throttled = _recent(o.successes, since), _recent(o.throttles, since)
     share = throttled / (throttled + delivered)
-    young = now - o.first_seen < EPOCH
+    # young: the origin, or this spell of answers (the first after a quiet second), is less
+    # than an EPOCH old; what got through in the EPOCH is then a burst's, not a rate (an
+    # origin idle for a while, then 150 req/s into random 30% throttles: the first throttle
+    # came after 6 successes, measured 6 req/s, and the rate fell to 2 req/s for good)
+    young = now - max(o.first_seen, o.spell_since) < EPOCH
     if young and (
         throttled + delivered < YOUNG_EVIDENCE or _lower_share(share, throttled + delivered) < 0.5
     ):
@@ -155,10 +159,22 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
         # (only when most requests got through before the cut: a share of most is a limiter,
         # into which the others of a fleet keep sending; undoing a cut of it starts a storm)
         # still sending near the rate it cut to: did the cut lower the share of throttles?
+        # (and did most answers still get through after it, as they do with noise: after a
+        # cut into a limiter that counts what it refuses, all are throttles for a while, and
+        # undoing that cut sent an unpaced storm into HAProxy, throttles ignored: 600 req/s)
         after = cut[0] + 1e-9
         late = _recent(o.throttles, after)
-        if late >= NOISE_EVIDENCE and late >= NOISE * cut[2] * (late + _recent(o.successes, after)):
-            pace.rate = cut[1]  # no: they do not follow the rate (noise); undo the cut
+        answers = late + _recent(o.successes, after)
+        if (
+            late >= NOISE_EVIDENCE
+            and late >= NOISE * cut[2] * answers
+            and _lower_share(late / answers, answers) < 0.5
+        ):
+            # no: they do not follow the rate (noise); undo the cut, to the rate its episode
+            # began at, or (it began unpaced) twice what gets through now: throttles are
+            # ignored for a while, and unpaced a misread limiter would get every retry at once
+            got = _recent(o.successes, now - EPOCH) / EPOCH
+            pace.rate = cut[1] if cut[1] is not None else max(cut[3], 2 * got)
             o.cut = None
             o.noise_until = now + 10 * EPOCH
             return
@@ -224,6 +240,7 @@ def noted(o: OriginState, now: float) -> None:
     Also kept of throttles the crowd window takes (:mod:`.crowd`): should the limiter prove to
     be a rate's, the controller cuts knowing them.
     """
+    o.answered(now)
     o.last_throttle = now
     o.unthrottled = o.through = 0
     o.throttles.append(now)

@@ -79,6 +79,9 @@ NO_DEADLINE = 1e18
 #: Successes kept per origin (the last second's, for a learned rate): caps that estimate.
 MAX_SUCCESSES = 4096
 INF = float("inf")
+#: No answer for this long (seconds): the next begin a new spell (a wait for a ``Retry-After``
+#: of a second or so does not).
+IDLE = 2.0
 #: A full crowd window that admitted nothing and heard nothing back for this many times the
 #: quickest success took lets one request go (see ``_crowd_full``).
 STALE = 4.0
@@ -180,6 +183,8 @@ class OriginState:
     punishes: bool = False  # a penalty was seen: the limiter counts the requests it refuses
     noise_until: float = -1e18
     first_seen: float = 1e18  # when the first request to the origin went
+    last_answer: float = -1e18  # when the last answer came (a success or a throttle)
+    spell_since: float = -1e18  # when this spell of answers began (none for IDLE before)
     limit: float | None = None
     learned: bool = False
     last_throttle: float = -1e18
@@ -266,10 +271,23 @@ class OriginState:
         the lock: deque operations are atomic (a race can at worst forget one recent success,
         which only lowers an estimate).
         """
+        self.answered(now)
         successes = self.successes
         successes.append(now)
         if successes[0] < now - 1.0:
             successes.popleft()
+
+    def answered(self, now: float) -> None:
+        """
+        Note an answer (a success or a throttle): :data:`IDLE` after the last, a new spell.
+
+        What got through in the last second is a rate only over a second of answers: a burst
+        after an idle spell counts a few milliseconds' (see :func:`.controller.throttled`).
+        """
+        if now - self.last_answer > IDLE:
+            self.spell_since = now
+        if now > self.last_answer:
+            self.last_answer = now
 
     def budget(self, budget: RetryBudget) -> BudgetCounts:
         """The counts of ``budget`` on this origin."""

@@ -9,6 +9,7 @@ task order, and one seed is one draw of everyone's jitter.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -210,6 +211,7 @@ def test_a_limiters_first_throttle_measures_no_share_of_noise() -> None:
     o.first_seen, o.learned, o.ceiling = 0.0, True, math.inf
     o.pace.rate = 55.0
     now = 2.0
+    o.spell_since, o.last_answer = 0.0, now  # (answering since it was first seen)
     for _ in range(40):  # a second at the limiter's rate, all through
         now += 1 / 40
         learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.002, counted=False)
@@ -590,3 +592,63 @@ def test_an_answer_others_wait_for_never_waits(probe: dict[str, object]) -> None
     o = st.OriginState(**probe)  # type: ignore[arg-type]
     assert not learning.can_wait(o, 200, Hints(remaining=5, limit=10, reset_after=1))
     assert learning.can_wait(st.OriginState(known=True), 200, Hints(remaining=5))
+
+
+def test_a_cut_followed_by_nothing_but_throttles_is_not_undone_as_noise() -> None:
+    """
+    A limiter that counts what it refuses (HAProxy's stick table) after a cut: a penalty.
+
+    A burst got through, then throttles: cut on a share of 3 in 11, not shown to be most.
+    After it, every answer was a throttle (most of them to requests in flight at the cut):
+    the share rose.  Read as noise, the cut was undone to the unpaced rate its episode began
+    at, and throttles were ignored for ten seconds: one client of 60 calls sent 600 requests
+    a second into HAProxy for ten seconds.  Noise is told by most answers still successes.
+    """
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.first_seen = 0.0
+    now = 5.0
+    o.spell_since, o.last_answer = 0.0, now  # (answering since it was first seen)
+    for _ in range(8):  # a burst through, unpaced
+        now += 0.005
+        learning.observe(o, s, 200, Hints(), now, sent_at=now - 0.002, counted=False)
+    o.last_cut = 4.0  # (a cut of an earlier episode, since forgotten)
+    for _ in range(2):  # then throttles (of requests sent before that cut: no cut)
+        now += 0.005
+        learning.observe(o, s, 429, Hints(), now, sent_at=3.9, counted=False)
+    sent = now
+    now += 0.005
+    learning.observe(o, s, 429, Hints(), now, sent_at=sent, counted=False)  # the cut
+    assert o.pace.rate is not None
+    cut, cut_at = o.pace.rate, now
+    for _ in range(4):  # requests in flight at the cut, refused
+        now += 0.003
+        learning.observe(o, s, 429, Hints(), now, sent_at=sent, counted=False)
+    for _ in range(6):  # and those sent after it, at its rate: refused too (the penalty)
+        now = max(now, cut_at + 0.45) + 1 / cut
+        learning.observe(o, s, 429, Hints(), now, sent_at=now - 0.002, counted=False)
+        assert o.pace.rate is not None  # never unpaced
+        assert o.pace.rate <= cut
+    assert o.noise_until < now
+
+
+def test_a_cut_undone_as_noise_leaves_a_rate_above_what_gets_through() -> None:
+    """
+    Random throttles (30%, whatever the rate) on an unpaced origin: the cut is undone.
+
+    Undone to no rate at all, with throttles ignored for ten seconds, a limiter misread as
+    noise would have every retry at once; the undo leaves twice what got through instead
+    (about the rate offered here), which throttles of noise never cut.
+    """
+    rng = random.Random(5)
+    o, s = st.OriginState(), st.Settings(probe=0)
+    o.first_seen = 0.0
+    now, undone = 0.0, False
+    while now < 5.0 and not undone:  # 200 req/s offered (or the cut rate), 30% throttled
+        now += 1 / min(200.0, o.pace.rate or 200.0)
+        status = 429 if rng.random() < 0.3 else 200
+        learning.observe(o, s, status, Hints(), now, sent_at=now - 0.002, counted=False)
+        undone = o.noise_until > now
+    assert undone
+    got = sum(1 for t in o.successes if t >= now - controller.EPOCH)
+    assert o.pace.rate is not None
+    assert o.pace.rate >= 1.5 * got  # not cut below what gets through

@@ -580,6 +580,40 @@ def test_random_throttles_do_not_cut_the_rate_for_good() -> None:
     assert through / 4.0 >= 0.8 * 0.7 * 150  # successes a second over the last 4 s
 
 
+@pytest.mark.parametrize(
+    "throttle", [Hints(), Hints(retry_after=0.05)], ids=["bare", "retry-after"]
+)
+def test_random_throttles_after_an_idle_spell_do_not_cut_the_rate_for_good(
+    throttle: Hints,
+) -> None:
+    """
+    The same server, met again after a few idle seconds: the first spell's burst is no rate.
+
+    The first throttle came after six successes in 30 ms; counted as what got through in
+    the last second, it cut the rate to 6 req/s, on a share of one throttle (which a cut is
+    never undone on), and the noise went on cutting it: 1.5-4.5 successes a second of 105.
+    """
+    rng = random.Random(3)
+    p = Pacer(probe=0)
+    tracker = p.track(ORIGIN)
+    tracker.acquire(0.0)
+    tracker.sent()
+    tracker.observe(200, Hints(), 0.002, sent_at=0.0)  # met once, then idle
+    start = now = 3.0
+    through = 0
+    while now < start + 5.0:
+        admission = tracker.acquire(now)
+        now += admission.delay
+        if not admission.final:
+            continue
+        tracker.sent()
+        ok = rng.random() >= 0.3
+        tracker.observe(200 if ok else 429, Hints() if ok else throttle, now + 0.002, sent_at=now)
+        through += ok and now >= start + 1.0
+        now += 1 / 150
+    assert through / 4.0 >= 0.8 * 0.7 * 150  # successes a second over the last 4 s
+
+
 def test_a_young_origin_is_not_cut_on_a_share_of_throttles_that_may_be_chance() -> None:
     """5 throttles in a herd's first 10 answers: not shown to be most; no cut yet."""
     p = Pacer(probe=0)

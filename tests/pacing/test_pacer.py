@@ -194,7 +194,8 @@ def test_learned_rate_without_headers() -> None:
     """Throttles with no quota headers: the rate is what got through; slow start; probing."""
     p = Pacer(probe=0)
     t = p.track(ORIGIN)
-    known(p, now=0.0)  # an origin seen for a while (a young one needs a herd to be cut)
+    known(p, now=0.0)  # an origin seen for a while (a young one needs a herd to be cut),
+    known(p, now=9.0)  # and answering (a spell that began a second ago is young too)
     for i in range(5):
         known(p, now=10.0 + 0.01 * i)
     for _ in range(3):
@@ -209,7 +210,7 @@ def test_learned_rate_without_headers() -> None:
     t.observe(200, Hints(), 10.2)  # below the (not yet measured) ceiling: x1.5/s
     assert p.view(ORIGIN).rate == pytest.approx(5.5)
     for i in range(6):  # 6 got through in the last second, then a throttle: the admitted rate
-        t.observe(200, Hints(), 11.3 + i * 0.01)
+        t.observe(200, Hints(), 11.0 + i * 0.05)
     t.observe(429, Hints(retry_after=1.0), 11.4, sent_at=11.35)
     assert p.view(ORIGIN).rate == 6.0
     t.observe(200, Hints(), 11.5)  # at the measured rate: additive probing

@@ -86,6 +86,8 @@ def merge_successes(state: OriginState, unsent: deque[float]) -> None:
     mine = sorted(t for t in unsent if t not in have)
     if mine:
         state.successes = deque(heapq.merge(state.successes, mine), maxlen=MAX_SUCCESSES)
+        for at in mine:  # (answers, as each success noted at once is: see OriginState.answered)
+            state.answered(at)
 
 
 def entries_of(mine: list[int], delta: list[int], now: float) -> tuple[str, str]:
