@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 
 from smoothclient.hints import Hints
 from smoothclient.pacing import admission as adm
 from smoothclient.pacing import learning
 from smoothclient.pacing.codec import dump, load
+from smoothclient.pacing.redis.keyspace import merge_successes
 from smoothclient.pacing.state import OriginState, Settings
 from smoothclient.policy import RetryBudget
 
@@ -91,3 +93,14 @@ def test_times_written_as_milliseconds_still_read() -> None:
 def test_unreadable_times_read_as_a_fresh_state() -> None:
     for times in ('"not base64!"', '"AAAA"', "[1]", '"' + "A" * 12 + '"'):
         assert load('{"through": 7, "successes": ' + times + "}") == OriginState()
+
+
+def test_successes_merged_from_a_write_are_answers() -> None:
+    """A fleet's successes noted on its fast lane reach the state in a write: a spell's too."""
+    state = OriginState()
+    merge_successes(state, deque([10.0, 10.5]))
+    assert state.spell_since == 10.0
+    assert state.last_answer == 10.5
+    merge_successes(state, deque([10.5, 11.0, 14.0]))  # two idle seconds and more: a new spell
+    assert list(state.successes) == [10.0, 10.5, 11.0, 14.0]
+    assert (state.spell_since, state.last_answer) == (14.0, 14.0)
