@@ -139,7 +139,7 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
     since = now - EPOCH
     delivered, throttled = _recent(o.successes, since), _recent(o.throttles, since)
     share = throttled / (throttled + delivered)
-    # young: the origin, or this spell of answers (the first after a quiet second), is less
+    # young: the origin, or this spell of answers (the first after IDLE without one), is less
     # than an EPOCH old; what got through in the EPOCH is then a burst's, not a rate (an
     # origin idle for a while, then 150 req/s into random 30% throttles: the first throttle
     # came after 6 successes, measured 6 req/s, and the rate fell to 2 req/s for good)
