@@ -173,8 +173,7 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
             # no: they do not follow the rate (noise); undo the cut, to the rate its episode
             # began at, or (it began unpaced) twice what gets through now: throttles are
             # ignored for a while, and unpaced a misread limiter would get every retry at once
-            got = _recent(o.successes, now - EPOCH) / EPOCH
-            pace.rate = cut[1] if cut[1] is not None else max(cut[3], 2 * got)
+            pace.rate = cut[1] if cut[1] is not None else max(cut[3], 2 * delivered / EPOCH)
             o.cut = None
             o.noise_until = now + 10 * EPOCH
             return
