@@ -50,6 +50,16 @@ busy, the last of them alone 95 ms after it was sent (105 ms a success), and the
 a rate's limit: paced at a request a second for a quiet spell, it finished seconds after the
 others (the fleet took 2.5-3.2x the ideal time, in 11 runs of 19).
 
+Nor does it turn away, at once, the request that retakes a place a success of ours has just
+freed (sent within :data:`RETAKE` of a service time after it, nothing else of ours in flight):
+the place is ours again, unless another client took it in that moment.  A rate limiter in
+front of a slow application (a gateway: its successes take the application's time, its
+refusals come at once) looks like a full crowd, and there every retake is refused, since the
+success spent what the rate allowed: nginx ``limit_req`` at 10 r/s before 30 ms answers
+refused one request for each that got through.  :data:`RETAKES` retakes refused in a row,
+with no knock refused between them (others of a fleet holding the places), show a rate's
+limit, as a lone slow throttle does.  Only the first request after a freed place retakes it.
+
 **Through a shared store** the window is the fleet's: ``o.in_flight`` is every process's
 count summed (each as its process last wrote it), so the same rules set the window on the
 fleet's requests in flight and admit against them.  Two things keep those counts fresh enough:
@@ -74,6 +84,8 @@ __all__ = [
     "LEAST",
     "PATIENCE",
     "REGROW",
+    "RETAKE",
+    "RETAKES",
     "SERVED",
     "SHRINK",
     "SLOW",
@@ -118,6 +130,11 @@ KNOCK_GAP = 0.5
 #: 50 ms and more to read a 429 that nginx sent at once, and a fleet's process read the
 #: others' full limit_conn as a rate's (6x20: 3.25x the ideal with a half, 2.45x with this).
 SLOW = 0.75
+#: A request sent within this share of a service time after a success left nothing in flight
+#: retakes the place that success freed (see :func:`crowded`).
+RETAKE = 0.5
+#: Retakes turned away at once, in a row, that show a rate's limit, not a concurrency limit.
+RETAKES = 2
 
 
 #: A full window not cut for this many service times grows by one a success (doubling every
@@ -156,6 +173,13 @@ def width(o: OriginState) -> float:
     if _below_one(o) and o.latency and o.pace.rate is not None:
         return o.pace.rate * o.latency
     return o.crowd_window
+
+
+def _retook(o: OriginState, sent_at: float | None) -> bool:
+    """Whether a request sent at ``sent_at`` retook the place the last success freed."""
+    if sent_at is None or not o.latency:
+        return False
+    return o.freed_at <= sent_at <= o.freed_at + RETAKE * o.latency
 
 
 def _least(o: OriginState, now: float) -> float:
@@ -214,6 +238,10 @@ def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> No
     window = o.crowd_window
     if window == math.inf:
         return
+    if _retook(o, sent_at):
+        o.retakes_refused = 0
+    if not o.in_flight:
+        o.freed_at = now
     o.crowd_moved = now
     if now - o.crowded_at > s.quiet:
         _set(o, s, math.inf, now)  # no crowd's throttle for a quiet spell: no longer a crowd
@@ -263,6 +291,19 @@ def crowded(
         return False
     if now - o.lone_at <= s.quiet:
         return False
+    if counted and not others and _retook(o, sent_at):
+        # the place a success of ours had just freed, turned away at once: a concurrency
+        # limit gives it back (unless another client took it in between); a rate's limit
+        # that a success has just spent turns the next request away, each time
+        o.retakes_refused += 1
+        o.freed_at = -math.inf  # (one retake a freed place: what follows it is not one)
+        if o.retakes_refused >= RETAKES:
+            _set(o, s, math.inf, now)
+            o.lone_at = now
+            o.retakes_refused = 0
+            return False
+    else:
+        o.retakes_refused = 0  # a knock turned away: the others of a fleet hold the places
     if not counted:  # it cannot tell how many others were: a window there stays
         window = 1.0 if now_width == math.inf else now_width
     elif others:

@@ -257,6 +257,8 @@ class OriginState:
     crowded_at: float = -1e18  # when a throttle last set it
     crowd_moved: float = -1e18  # when it last admitted a request or heard back from one
     lone_at: float = -1e18  # when a request was last turned away with nobody else in flight
+    freed_at: float = -1e18  # when a success last left nothing in flight under the window
+    retakes_refused: int = 0  # requests that retook a freed place turned away at once, in a row
     # the outage rule's part (see .outage): failures in a row, down since, probes, release
     outage: Outage = field(default_factory=Outage)
     # calls told to ask again for a slot: [deadline, when it is due to ask], nearest deadline

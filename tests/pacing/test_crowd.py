@@ -348,6 +348,56 @@ def test_a_success_below_one_holds_a_place_again() -> None:
     assert o.crowd_window == 2.0
 
 
+def _retake_refused(o: st.OriginState, served_at: float) -> bool:
+    """A success at ``served_at`` frees the only place; the request sent at once is refused."""
+    crowd.served(o, S, served_at, sent_at=served_at - 0.1)
+    return crowd.crowded(o, S, served_at + 0.003, counted=True, sent_at=served_at)
+
+
+def test_retakes_turned_away_at_once_in_a_row_are_a_rate_limit() -> None:
+    """
+    A rate limiter in front of a slow application (a gateway) looks like a full crowd.
+
+    Its successes take the application's time, its refusals come at once.  A concurrency
+    limit gives back the place a success of ours just freed; a rate's limit that success has
+    just spent turns the next request away, every time: nginx ``limit_req`` in front of 30 ms
+    answers had one request turned away for each that got through.
+    """
+    o = slow(in_flight=0)
+    assert crowd.crowded(o, S, 1.0, counted=True, sent_at=0.997)  # a full crowd, it seems
+    assert _retake_refused(o, 1.3)  # one: another client may have taken the place
+    assert o.crowd_window == 1.0
+    assert not _retake_refused(o, 1.6)  # twice in a row: a rate's limit
+    assert o.crowd_window == math.inf
+    assert o.lone_at == 1.603
+    assert o.retakes_refused == 0
+
+
+def test_a_retake_that_gets_through_or_a_knock_turned_away_starts_the_count_again() -> None:
+    """A concurrency fleet: another process took a freed place once, not each time."""
+    o = slow(in_flight=0)
+    assert crowd.crowded(o, S, 1.0, counted=True, sent_at=0.997)
+    assert _retake_refused(o, 1.3)
+    crowd.served(o, S, 1.5, sent_at=1.4)  # ... and a retake of the next freed place gets it
+    crowd.served(o, S, 1.6, sent_at=1.5)
+    assert o.retakes_refused == 0
+    assert _retake_refused(o, 1.8)
+    assert crowd.crowded(o, S, 2.5, counted=True, sent_at=2.497)  # a knock, turned away
+    assert o.retakes_refused == 0
+    assert _retake_refused(o, 2.8)
+    assert o.crowd_window == 1.0  # still a crowd
+
+
+def test_only_the_first_request_after_a_freed_place_retakes_it() -> None:
+    """Others sent right after it (a window that grew to two) are knocks, not retakes."""
+    o = slow(in_flight=0)
+    assert crowd.crowded(o, S, 1.0, counted=True, sent_at=0.997)
+    assert _retake_refused(o, 1.3)
+    assert crowd.crowded(o, S, 1.31, counted=True, sent_at=1.303)  # sent after the retake
+    assert o.crowd_window == 1.0
+    assert o.retakes_refused == 0
+
+
 @pytest.mark.parametrize("shared", [False, True])
 def test_a_rate_learned_before_the_first_success_gives_way_to_the_window(shared: bool) -> None:
     """

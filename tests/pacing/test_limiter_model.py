@@ -663,6 +663,25 @@ def test_a_limiter_that_counts_refusals_in_front_of_a_slow_application_is_not_bu
     assert result.sent <= 300  # (977 knocking at the least window)
 
 
+@pytest.mark.herd
+def test_a_rate_limit_in_front_of_a_slow_application_is_paced_as_a_rate() -> None:
+    """
+    nginx ``limit_req`` (10 r/s, burst 6) refuses at once; the application serves in 30 ms.
+
+    Read as a concurrency limit, every success freed "a place" that the next request took at
+    once, and was refused: one 429 for each call that got through (1.02 beyond the first
+    wave a call, in the model and on the real nginx).  Two such refusals in a row show a
+    rate's limit, and the rate controller paces it.
+    """
+    results = [
+        run_herd(TokenBucket(10, 1.0, 6), "bare", 60, service=0.03, spread=0.004, seed=seed)
+        for seed in range(4)
+    ]
+    assert all(r.failed == 0 for r in results)
+    assert max(r.ratio for r in results) <= 1.1
+    assert max(r.extra_429s_per_call for r in results) <= 0.35
+
+
 @pytest.mark.parametrize("limit", [0.1, 0.25])
 def test_a_quota_under_one_request_a_window_spaces_requests_at_most_max_gate_apart(
     limit: float,
