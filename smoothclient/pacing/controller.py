@@ -39,6 +39,9 @@ PROBE_GAIN = 0.3
 #: successes without a throttle (and a whole EPOCH): at a fleet's share of a slow limiter
 #: an EPOCH holds less than one request, no evidence of anything.
 REFUTE_EVIDENCE = 4
+#: At the measured admitted rate, at most this many successes since the last throttle before
+#: probing past it (see ``OriginState.hold``).
+HOLD = 10
 #: A throttle measures the rate since the last one (both moments the limiter was full) only
 #: 1 to 4 EPOCHs after it and on at least this many successes: fewer, a fleet's share read
 #: low by a success or two, cut a process to half its share and left it to crawl.
@@ -213,7 +216,7 @@ def throttled(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
         # a limiter that punishes knocking: a cut measures what got through while its
         # penalty lasted, less than it admits; the ceiling stays the best measured since
         ceiling = o.ceiling if ceiling == math.inf else max(ceiling, o.ceiling)
-    o.ceiling = ceiling
+    o.ceiling = o.measured = ceiling
     evidence = throttled + delivered
     if cut is not None and now - cut[0] < 3 * EPOCH:
         before, share = cut[1], cut[2]  # one episode of cuts: undoing it restores its start
@@ -240,6 +243,17 @@ def noted(o: OriginState, now: float) -> None:
     be a rate's, the controller cuts knowing them.
     """
     o.answered(now)
+    if o.probed == 1:
+        # the first step past the measured rate was refused: a limiter with no room above it
+        # (no burst: 1 r/s, burst 1), where probing after each success cost a 429 and an
+        # interval every other request; wait longer at that rate before the next probe
+        o.hold = min(HOLD, 2 * o.hold + 1)
+    elif o.probed or (o.hold and o.learned):
+        # probes got through for a while (there was room above the rate), or a throttle came
+        # while held at the rate (the others of a fleet share the limiter: the rate measured
+        # was a share, and a process held at it was left behind when they were done)
+        o.hold //= 2
+    o.probed = 0
     o.last_throttle = now
     o.unthrottled = o.through = 0
     o.throttles.append(now)
@@ -271,6 +285,7 @@ def forget(o: OriginState) -> None:
     """The learned rate goes: no rate, no cut, no penalty, nothing measured of the limiter."""
     o.learned = o.punishes = False
     o.delivered_rate = o.penalty_from = 0.0
+    o.measured, o.hold, o.probed = math.inf, 0, 0
     o.pace.rate = None
     o.cut = None
 
@@ -316,5 +331,9 @@ def recovered(o: OriginState, s: Settings, now: float, sent_at: float | None) ->
             # (an outage's release: more gently past what the origin served before it)
             step = release_step(o, now, rate)
             _raise(o, now, rate + (0.5 if step is None else min(0.5, step)))
-        else:
+        elif o.unthrottled > o.hold:
             _raise(o, now, rate + PROBE_GAIN / rate)
+        else:
+            return  # held at the measured rate
+        if rate >= o.measured:
+            o.probed += 1  # a step past what the last cut measured (see noted)

@@ -189,6 +189,11 @@ class OriginState:
     learned: bool = False
     last_throttle: float = -1e18
     unthrottled: int = 0  # successes since the last throttle (a learned rate's evidence)
+    # the admitted rate the last cut measured (inf: none), the successes to wait at it before
+    # probing past it, and the steps taken past it since the last throttle (see .controller)
+    measured: float = INF
+    hold: int = 0
+    probed: int = 0
     through: int = 0  # all successes since the last throttle (see controller.throttled)
     # when recent successes came back (the admitted rate, should the server start to throttle)
     successes: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SUCCESSES))

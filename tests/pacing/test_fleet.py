@@ -329,6 +329,77 @@ def test_a_ceiling_no_throttle_confirms_for_an_epoch_is_refuted() -> None:
     assert o.pace.rate >= cut + 3.0  # not cut + 3 * PROBE_GAIN
 
 
+def _at_a_measured_ceiling(rate: float) -> tuple[st.OriginState, st.Settings]:
+    """An origin paced at the rate its last cut measured getting through."""
+    o, s = st.OriginState(known=True, learned=True, ceiling=rate, measured=rate), st.Settings()
+    o.pace.rate = rate
+    o.last_throttle = o.last_cut = 0.0
+    return o, s
+
+
+def test_a_first_probe_past_the_ceiling_refused_holds_the_next_ones_longer() -> None:
+    """
+    A limiter with no room above its rate (a bucket of no burst) refuses the first early request.
+
+    Probing after each success there cost a 429 and an interval every other request (1 r/s,
+    burst 1: 1.6x the ideal, 0.95 429s a call beyond the first wave).  Each first probe step
+    refused doubles the successes waited at the measured rate before the next, up to HOLD.
+    """
+    o, s = _at_a_measured_ceiling(20.0)
+    now, holds = 0.0, []
+    for _ in range(5):
+        for _ in range(o.hold):  # held: the rate stays
+            now += 0.05
+            controller.recovered(o, s, now, now - 0.01)
+            assert o.pace.rate == 20.0
+        now += 0.05
+        controller.recovered(o, s, now, now - 0.01)
+        assert o.pace.rate == 20.0 + controller.PROBE_GAIN / 20.0  # a probe step
+        now += 0.04
+        controller.noted(o, now)  # ... refused
+        o.pace.rate = 20.0  # (the cut: see throttled)
+        holds.append(o.hold)
+    assert holds == [1, 3, 7, controller.HOLD, controller.HOLD]
+
+
+def test_probes_that_got_through_for_a_while_halve_the_hold() -> None:
+    """A limiter with room above the measured rate (a bucket's burst): probe sooner again."""
+    o, s = _at_a_measured_ceiling(10.0)
+    o.hold = 8
+    now = 0.0
+    for _ in range(11):
+        now += 0.05
+        controller.recovered(o, s, now, now - 0.01)
+    assert o.probed == 3
+    controller.noted(o, now + 0.05)
+    assert o.hold == 4
+    assert o.probed == 0
+
+
+def test_a_refuted_ceiling_is_probed_past_by_the_slow_start() -> None:
+    """
+    At a slow rate an EPOCH at the ceiling refutes it before the hold ends: the slow start's
+    first step past the old ceiling is a probe too, and refused it holds the next longer.
+    """
+    o, s = _at_a_measured_ceiling(1.0)
+    o.hold = 3
+    now = 0.0
+    for _ in range(4):
+        now += 1.0
+        controller.recovered(o, s, now, now - 0.01)
+    assert o.ceiling == math.inf
+    assert o.pace.rate == 1.5
+    controller.noted(o, now + 0.7)
+    assert o.hold == 7
+
+
+def test_forgetting_a_learned_rate_forgets_its_hold() -> None:
+    o, _ = _at_a_measured_ceiling(1.0)
+    o.hold, o.probed = 7, 1
+    controller.forget(o)
+    assert (o.measured, o.hold, o.probed) == (math.inf, 0, 0)
+
+
 def test_an_early_probe_beaten_to_a_new_window_is_no_miss() -> None:
     """
     A window's early probe rejected by a window that had already reset (others took it).

@@ -664,6 +664,21 @@ def test_a_limiter_that_counts_refusals_in_front_of_a_slow_application_is_not_bu
 
 
 @pytest.mark.herd
+def test_a_slow_limiter_with_no_burst_is_not_probed_after_every_success() -> None:
+    """
+    1 r/s, burst 1, no headers: any request sent early is refused.
+
+    Probing past the measured rate after each success (0.3 r/s a second is a third of this
+    rate) cost a 429 and most of an interval every other request: 1.59x the ideal and 0.95
+    429s a call beyond the first wave.
+    """
+    result = run_herd(TokenBucket(1, 1.0, 1), "bare", 30, spread=0.004, seed=6, timeout=120.0)
+    assert result.failed == 0
+    assert result.ratio <= 1.3
+    assert result.extra_429s_per_call <= 0.45
+
+
+@pytest.mark.herd
 def test_a_rate_limit_in_front_of_a_slow_application_is_paced_as_a_rate() -> None:
     """
     nginx ``limit_req`` (10 r/s, burst 6) refuses at once; the application serves in 30 ms.
