@@ -296,14 +296,16 @@ def crowded(
         # limit gives it back (unless another client took it in between); a rate's limit
         # that a success has just spent turns the next request away, each time
         o.retakes_refused += 1
-        o.freed_at = -math.inf  # (one retake a freed place: what follows it is not one)
+        o.freed_at = -1e18  # (one retake a freed place: what follows it is not one)
         if o.retakes_refused >= RETAKES:
             _set(o, s, math.inf, now)
             o.lone_at = now
             o.retakes_refused = 0
             return False
     else:
-        o.retakes_refused = 0  # a knock turned away: the others of a fleet hold the places
+        # any other request turned away (a knock, one sent while others were out): the
+        # others of a fleet hold the places, and the retakes turned away are not in a row
+        o.retakes_refused = 0
     if not counted:  # it cannot tell how many others were: a window there stays
         window = 1.0 if now_width == math.inf else now_width
     elif others:
