@@ -337,6 +337,15 @@ def _at_a_measured_ceiling(rate: float) -> tuple[st.OriginState, st.Settings]:
     return o, s
 
 
+def _successes(o: st.OriginState, s: st.Settings, count: int, gap: float) -> float:
+    """``count`` successes ``gap`` apart from time 0, each learned from; the last one's time."""
+    now = 0.0
+    for _ in range(count):
+        now += gap
+        controller.recovered(o, s, now, now - 0.01)
+    return now
+
+
 def test_a_first_probe_past_the_ceiling_refused_holds_the_next_ones_longer() -> None:
     """
     A limiter with no room above its rate (a bucket of no burst) refuses the first early request.
@@ -366,10 +375,7 @@ def test_probes_that_got_through_for_a_while_halve_the_hold() -> None:
     """A limiter with room above the measured rate (a bucket's burst): probe sooner again."""
     o, s = _at_a_measured_ceiling(10.0)
     o.hold = 8
-    now = 0.0
-    for _ in range(11):
-        now += 0.05
-        controller.recovered(o, s, now, now - 0.01)
+    now = _successes(o, s, 11, 0.05)
     assert o.probed == 3
     controller.noted(o, now + 0.05)
     assert o.hold == 4
@@ -383,10 +389,7 @@ def test_a_refuted_ceiling_is_probed_past_by_the_slow_start() -> None:
     """
     o, s = _at_a_measured_ceiling(1.0)
     o.hold = 3
-    now = 0.0
-    for _ in range(4):
-        now += 1.0
-        controller.recovered(o, s, now, now - 0.01)
+    now = _successes(o, s, 4, 1.0)
     assert o.ceiling == math.inf
     assert o.pace.rate == 1.5
     controller.noted(o, now + 0.7)
