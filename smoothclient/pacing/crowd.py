@@ -259,6 +259,13 @@ def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> No
         o.crowd_window = window + (1 if quiet else 1 / window)
 
 
+def _a_rate(o: OriginState, s: Settings, now: float) -> bool:
+    """A rate's limit shown: no window, none for a quiet spell; ``False``: the controller's."""
+    _set(o, s, math.inf, now)
+    o.lone_at = now
+    return False
+
+
 def crowded(
     o: OriginState, s: Settings, now: float, counted: bool, sent_at: float | None = None
 ) -> bool:
@@ -286,9 +293,7 @@ def crowded(
         # a lone request turned away, or one more with the window already at one (it can do
         # no more), as slow as a success: a rate's limit (a request not counted in flight
         # tells neither; nor does one sent before the last cut, see the module)
-        _set(o, s, math.inf, now)
-        o.lone_at = now
-        return False
+        return _a_rate(o, s, now)
     if now - o.lone_at <= s.quiet:
         return False
     if counted and not others and _retook(o, sent_at):
@@ -298,10 +303,8 @@ def crowded(
         o.retakes_refused += 1
         o.freed_at = -1e18  # (one retake a freed place: what follows it is not one)
         if o.retakes_refused >= RETAKES:
-            _set(o, s, math.inf, now)
-            o.lone_at = now
             o.retakes_refused = 0
-            return False
+            return _a_rate(o, s, now)
     else:
         # any other request turned away (a knock, one sent while others were out): the
         # others of a fleet hold the places, and the retakes turned away are not in a row
