@@ -240,6 +240,7 @@ _LIMIT_REQ = """\
 """
 # a static file, not "return": return runs before limit_req and nothing is limited
 _LIMIT_REQ_LOCATION = "            limit_req zone=bench burst={burst}{nodelay};\n"
+_LIMIT_REQ_NO_BURST = "            limit_req zone=bench;\n"
 _RETRY_AFTER_PAGE = "            error_page 429 @throttled;\n"
 _RETRY_AFTER_LOCATION = """\
         location @throttled {{
@@ -274,13 +275,17 @@ def nginx_limit_req(
     """
     nginx ``limit_req zone rate=RATEr/s; limit_req burst=BURST nodelay; limit_req_status 429``.
 
-    Admits ``burst + 1`` at once (see the module docstring).  ``retry_after=N`` adds
-    ``Retry-After: N`` to its 429s (through ``error_page``), nothing else.  ``queue``: no
-    ``nodelay`` (nginx's default): requests over the rate wait in its queue, up to ``burst``.
+    Admits ``burst + 1`` at once (see the module docstring); ``burst=0`` is nginx's default, no
+    ``burst`` at all: one request every ``1/rate`` s, one a millisecond early refused.
+    ``retry_after=N`` adds ``Retry-After: N`` to its 429s (through ``error_page``), nothing
+    else.  ``queue``: no ``nodelay`` (nginx's default): requests over the rate wait in its
+    queue, up to ``burst``.
     ``service``: what it admits takes that long to serve (``echo_sleep``: an application
     behind the gateway), while its 429s come at once.
     """
     location = _LIMIT_REQ_LOCATION.format(burst=burst, nodelay="" if queue else " nodelay")
+    if not burst:  # nginx refuses "burst=0": no burst is no burst parameter at all
+        location = _LIMIT_REQ_NO_BURST
     modules = ""
     if service:
         location += f"            echo_sleep {service};\n            echo ok;\n"
@@ -887,6 +892,7 @@ def _self_check() -> None:
     """Start each server, show its 200 and 429 headers, check it limits."""
     checks: list[tuple[str, Callable[[], contextlib.AbstractContextManager[Running]]]] = [
         ("nginx limit_req 10r/s burst 5", lambda: nginx_limit_req(10, 5)),
+        ("nginx limit_req 10r/s, no burst", lambda: nginx_limit_req(10, 0)),
         (
             "nginx limit_req 5r/s burst 2 + Retry-After: 1",
             lambda: nginx_limit_req(5, 2, retry_after=1),

@@ -10,6 +10,8 @@ Servers (benchmarks/limiter_servers.py; each cell starts on a fresh limiter):
                  concurrency limit, bare 429s for whatever comes while 5 are being served
   nginx-slow     nginx limit_req 10r/s burst 5 nodelay in front of an application that takes
                  30 ms (echo_sleep): a gateway's rate limit, its 429s at once, its successes slow
+  nginx-noburst  nginx limit_req 10r/s with no burst (nginx's default): one request every
+                 100 ms, any sooner refused; bare 429s
   fixed-window   slowapi (limits) fixed window 10/second, X-RateLimit-* + Retry-After
   moving-window  slowapi (limits) moving window 20/second, same headers
   fixed-window-3s  slowapi (limits) fixed window 30 per 3 seconds, same headers
@@ -24,10 +26,11 @@ Servers (benchmarks/limiter_servers.py; each cell starts on a fresh limiter):
                  + RateLimit-Policy), legacy (X-RateLimit-*, Reset in epoch seconds); opt-in
 
 Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, nginx-conn,
-nginx-slow, fixed-window and the controls, 100 on moving-window, 90 on fixed-window-3s, 30 on
-retry-after; 60 on haproxy), and fleets of 3, 6 and 12 OS processes (spawned, released
-together by a barrier, sharing nothing) of 20 GETs at once each: 3 and 6 against nginx,
-fixed-window and retry-after, 3, 6 and 12 against nginx-conn, 12 against nginx and fixed-window.
+nginx-slow, nginx-noburst, fixed-window and the controls, 100 on moving-window, 90 on
+fixed-window-3s, 30 on retry-after; 60 on haproxy), and fleets of 3, 6 and 12 OS processes
+(spawned, released together by a barrier, sharing nothing) of 20 GETs at once each: 3 and 6
+against nginx, fixed-window and retry-after, 3, 6 and 12 against nginx-conn, 12 against nginx
+and fixed-window.
 
 Opt-in (not in the default run, nor --quick: about 25 more minutes at --lanes 1): the
 express-rate-limit rows, "express <mode> 60" for each header mode, fleets 6x20 against
@@ -157,6 +160,7 @@ SERVERS: dict[str, tuple[Callable[[], contextlib.AbstractContextManager[Running]
     "nginx": (lambda: nginx_limit_req(10, 5, name="nginx"), "async"),
     "nginx-queue": (lambda: nginx_limit_req(10, 5, name="nginx-queue", queue=True), "async"),
     "nginx-conn": (lambda: nginx_limit_conn(5, 0.1, name="nginx-conn"), "async"),
+    "nginx-noburst": (lambda: nginx_limit_req(10, 0, name="nginx-noburst"), "async"),
     "nginx-slow": (lambda: nginx_limit_req(10, 5, name="nginx-slow", service=0.03), "async"),
     "fixed-window": (lambda: slowapi_server("fixed-window", 10, 1), "async"),
     "moving-window": (lambda: slowapi_server("moving-window", 20, 1), "async"),
@@ -190,6 +194,7 @@ SCENARIOS = [
     Scenario("nginx queue 60", "nginx-queue", 60),
     Scenario("nginx conn 60", "nginx-conn", 60),
     Scenario("nginx slow 60", "nginx-slow", 60),
+    Scenario("nginx no-burst 60", "nginx-noburst", 60),
     Scenario("fixed-window 60", "fixed-window", 60),
     Scenario("moving-window 100", "moving-window", 100),
     Scenario("fixed-window 3s 90", "fixed-window-3s", 90),
