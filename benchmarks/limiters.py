@@ -29,8 +29,8 @@ Scenarios: a herd (N GETs at once from one process: 60 on nginx, nginx-queue, ng
 nginx-slow, nginx-noburst, fixed-window and the controls, 100 on moving-window, 90 on
 fixed-window-3s, 30 on retry-after; 60 on haproxy), and fleets of 3, 6 and 12 OS processes
 (spawned, released together by a barrier, sharing nothing) of 20 GETs at once each: 3 and 6
-against nginx, fixed-window and retry-after, 3, 6 and 12 against nginx-conn, 12 against nginx
-and fixed-window.
+against nginx, fixed-window and retry-after, 3 against nginx-noburst, 3, 6 and 12 against
+nginx-conn, 12 against nginx and fixed-window.
 
 Opt-in (not in the default run, nor --quick: about 25 more minutes at --lanes 1): the
 express-rate-limit rows, "express <mode> 60" for each header mode, fleets 6x20 against
@@ -205,6 +205,7 @@ SCENARIOS = [
     Scenario("nginx fleet 3x20", "nginx", FLEET_CALLS, 3),
     Scenario("nginx fleet 6x20", "nginx", FLEET_CALLS, 6),
     Scenario("nginx fleet 12x20", "nginx", FLEET_CALLS, 12),
+    Scenario("nginx no-burst fleet 3x20", "nginx-noburst", FLEET_CALLS, 3),
     Scenario("nginx conn fleet 3x20", "nginx-conn", FLEET_CALLS, 3),
     Scenario("nginx conn fleet 6x20", "nginx-conn", FLEET_CALLS, 6),
     Scenario("nginx conn fleet 12x20", "nginx-conn", FLEET_CALLS, 12),
