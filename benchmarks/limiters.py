@@ -805,6 +805,7 @@ PLANNED = {
     "nginx-queue": Limit("bucket", 6, rate=10),
     "nginx-conn": Limit("concurrency", 5, window=0.1),
     "nginx-slow": Limit("bucket", 6, rate=10),
+    "nginx-noburst": Limit("bucket", 1, rate=10),
     "fixed-window": Limit("fixed-window", 10, window=1),
     "moving-window": Limit("moving-window", 20, window=1),
     "fixed-window-3s": Limit("fixed-window", 30, window=3),
