@@ -148,6 +148,11 @@ REGROW = 4.0
 #: time later, and a process trusts its copy of the fleet's counts no longer: places free as
 #: the fleet's answers come back, and each ask is a round trip.
 ASK_AGAIN = 0.25
+#: The retake that tests a window a herd's throttles set (see :func:`trying`) is waited for
+#: this many times the quickest refusal's trip (at least :data:`TRY_LEAST` seconds, at most
+#: :data:`SLOW` service times): a rate limiter's refusal is back by then.
+TRY = 3.0
+TRY_LEAST = 0.005
 
 
 def asks_again(o: OriginState) -> float | None:
@@ -182,6 +187,43 @@ def _retook(o: OriginState, sent_at: float | None) -> bool:
     return o.freed_at <= sent_at <= o.freed_at + RETAKE * o.latency
 
 
+def _verdict(o: OriginState) -> float:
+    """How long the retake that tests a window is waited for (seconds; see :func:`trying`)."""
+    return min(SLOW * (o.latency or 0.0), max(TRY_LEAST, TRY * o.refused_in))
+
+
+def _the_trial(o: OriginState, sent_at: float | None) -> bool:
+    """Whether a request sent at ``sent_at`` is the retake testing the window, still out."""
+    return not o.tested and sent_at is not None and o.trial > -1e17 and sent_at >= o.trial
+
+
+def trying(o: OriginState, now: float) -> bool:
+    """
+    Whether a request waits for the answer to the retake that tests the window (reads only).
+
+    A herd's throttles that come back at once while some of its requests are still being
+    served set a window on those: a concurrency limit's, or a rate limiter's in front of a
+    slow application (a gateway), which looks the same until the places free.  Then a
+    concurrency limit lets the freed places be taken again, a rate limiter refuses them, at
+    once.  So until one place was retaken and kept, one request at a time goes: the next waits
+    for the answer to the last, or for :func:`_verdict` (a refusal's trip: no refusal by then,
+    the place was kept), not for its success.  Retaken all at once, a gateway's five freed
+    places were five more refusals, and the herd's next ones too: nginx ``limit_req`` before
+    30 ms answers had 0.2 extra refusals a call.
+    """
+    return not o.tested and o.trial > -1e17 and now < o.trial + _verdict(o)
+
+
+def tried(o: OriginState, at: float) -> None:
+    """A request goes at ``at`` under the window: the retake that tests it, or none is needed."""
+    if o.tested:
+        return
+    if o.trial > -1e17 and at >= o.trial + _verdict(o):
+        o.tested, o.trial = True, -1e18  # no refusal in time: the place was kept
+        return
+    o.trial = at
+
+
 def _least(o: OriginState, now: float) -> float:
     """The least window now: :data:`LEAST`, or less once no success came for :data:`PATIENCE`."""
     last = o.successes[-1] if o.successes else o.first_seen
@@ -201,6 +243,8 @@ def _set(o: OriginState, s: Settings, window: float, now: float) -> None:
     them 200 s apart after one throttle).
     """
     pace = o.pace
+    if window == math.inf:
+        o.tested, o.trial = True, -1e18
     if window >= 1 or not o.latency:
         if _below_one(o):
             pace.rate = None
@@ -238,8 +282,9 @@ def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> No
     window = o.crowd_window
     if window == math.inf:
         return
-    if _retook(o, sent_at):
+    if _retook(o, sent_at) or _the_trial(o, sent_at):
         o.retakes_refused = 0
+        o.tested, o.trial = True, -1e18
     if not o.in_flight:
         o.freed_at = now
     o.crowd_moved = now
@@ -285,6 +330,13 @@ def crowded(
     """
     if o.latency is None or o.latency < SERVED:
         return False
+    if sent_at is not None and now >= sent_at:
+        o.refused_in = min(o.refused_in, now - sent_at)
+    trial = _the_trial(o, sent_at)
+    if trial:
+        o.trial = -1e18  # (answered: the next request tests the window)
+        # a retake only if a success of ours freed a place since the cut (else a knock)
+        trial = bool(o.successes) and o.successes[-1] > o.crowded_at
     others = o.in_flight
     now_width = width(o)
     slow = sent_at is None or now - sent_at >= SLOW * o.latency
@@ -296,7 +348,7 @@ def crowded(
         return _a_rate(o, s, now)
     if now - o.lone_at <= s.quiet:
         return False
-    if counted and not others and _retook(o, sent_at):
+    if counted and (trial or (not others and _retook(o, sent_at))):
         # the place a success of ours had just freed, turned away at once: a concurrency
         # limit gives it back (unless another client took it in between); a rate's limit
         # that a success has just spent turns the next request away, each time
@@ -317,6 +369,8 @@ def crowded(
         window = max(_least(o, now), SHRINK * min(now_width, 1.0))  # others hold every place
     else:
         window = min(now_width, 1.0)  # this round's cut is taken
+    if now_width == math.inf:
+        o.tested = False  # a new window: tested by one retake at a time (see trying)
     _set(o, s, window, now)
     if fresh:
         o.crowded_at = now
