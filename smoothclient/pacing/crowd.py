@@ -60,6 +60,18 @@ refused one request for each that got through.  :data:`RETAKES` retakes refused 
 with no knock refused between them (others of a fleet holding the places), show a rate's
 limit, as a lone slow throttle does.  Only the first request after a freed place retakes it.
 
+A window a herd's throttles set is **tested one retake at a time** (:func:`trying`): until a
+place it freed was retaken and kept, one request goes, and the next waits for its answer, or
+for three refusal trips (the quickest throttle's round trip, :data:`TRY`): no refusal by then,
+the place was kept, and the window is a concurrency limit's.  Those refused count as retakes
+while they retake places our successes freed (a process that holds none knocks).  A gateway's
+herd has several requests served when its others are refused, and they come back together:
+retaken all at once, their places were refused all at once (nginx ``limit_req`` before 30 ms
+answers: 0.2 extra refusals a call, 0.1 one at a time), and against HAProxy, which counts the
+refusals, knocking kept it shut (2.9x the ideal in virtual time, 2.0x one at a time).  A
+concurrency limit pays the refusal trips once a window (5 ms on one machine, a service time
+of 100 ms).
+
 **Through a shared store** the window is the fleet's: ``o.in_flight`` is every process's
 count summed (each as its process last wrote it), so the same rules set the window on the
 fleet's requests in flight and admit against them.  Two things keep those counts fresh enough:
@@ -89,9 +101,13 @@ __all__ = [
     "SERVED",
     "SHRINK",
     "SLOW",
+    "TRY",
+    "TRY_LEAST",
     "asks_again",
     "crowded",
     "served",
+    "tried",
+    "trying",
     "width",
 ]
 # (its fields are OriginState's: latency, crowd_window, crowded_at, crowd_moved, lone_at, and
@@ -194,32 +210,22 @@ def _verdict(o: OriginState) -> float:
 
 def _the_trial(o: OriginState, sent_at: float | None) -> bool:
     """Whether a request sent at ``sent_at`` is the retake testing the window, still out."""
-    return not o.tested and sent_at is not None and o.trial > -1e17 and sent_at >= o.trial
+    if o.testing is None or sent_at is None:
+        return False
+    return o.trial > -1e17 and sent_at >= o.trial
 
 
 def trying(o: OriginState, now: float) -> bool:
-    """
-    Whether a request waits for the answer to the retake that tests the window (reads only).
-
-    A herd's throttles that come back at once while some of its requests are still being
-    served set a window on those: a concurrency limit's, or a rate limiter's in front of a
-    slow application (a gateway), which looks the same until the places free.  Then a
-    concurrency limit lets the freed places be taken again, a rate limiter refuses them, at
-    once.  So until one place was retaken and kept, one request at a time goes: the next waits
-    for the answer to the last, or for :func:`_verdict` (a refusal's trip: no refusal by then,
-    the place was kept), not for its success.  Retaken all at once, a gateway's five freed
-    places were five more refusals, and the herd's next ones too: nginx ``limit_req`` before
-    30 ms answers had 0.2 extra refusals a call.
-    """
-    return not o.tested and o.trial > -1e17 and now < o.trial + _verdict(o)
+    """Whether a request waits for the answer to the retake testing the window (see the module)."""
+    return o.testing is not None and o.trial > -1e17 and now < o.trial + _verdict(o)
 
 
 def tried(o: OriginState, at: float) -> None:
     """A request goes at ``at`` under the window: the retake that tests it, or none is needed."""
-    if o.tested:
+    if o.testing is None:
         return
     if o.trial > -1e17 and at >= o.trial + _verdict(o):
-        o.tested, o.trial = True, -1e18  # no refusal in time: the place was kept
+        o.testing, o.trial = None, -1e18  # no refusal in time: the place was kept
         return
     o.trial = at
 
@@ -244,7 +250,7 @@ def _set(o: OriginState, s: Settings, window: float, now: float) -> None:
     """
     pace = o.pace
     if window == math.inf:
-        o.tested, o.trial = True, -1e18
+        o.testing, o.trial = None, -1e18
     if window >= 1 or not o.latency:
         if _below_one(o):
             pace.rate = None
@@ -284,7 +290,9 @@ def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> No
         return
     if _retook(o, sent_at) or _the_trial(o, sent_at):
         o.retakes_refused = 0
-        o.tested, o.trial = True, -1e18
+        o.testing, o.trial = None, -1e18
+    elif o.testing is not None:
+        o.freed += 1
     if not o.in_flight:
         o.freed_at = now
     o.crowd_moved = now
@@ -335,8 +343,9 @@ def crowded(
     trial = _the_trial(o, sent_at)
     if trial:
         o.trial = -1e18  # (answered: the next request tests the window)
-        # a retake only if a success of ours freed a place since the cut (else a knock)
-        trial = bool(o.successes) and o.successes[-1] > o.crowded_at
+        # a retake only of a place a success of ours freed (a process of a fleet that holds
+        # none, or whose freed places were retaken already, knocks: others hold the places)
+        trial, o.freed = o.freed > 0, max(0, o.freed - 1)
     others = o.in_flight
     now_width = width(o)
     slow = sent_at is None or now - sent_at >= SLOW * o.latency
@@ -370,7 +379,7 @@ def crowded(
     else:
         window = min(now_width, 1.0)  # this round's cut is taken
     if now_width == math.inf:
-        o.tested = False  # a new window: tested by one retake at a time (see trying)
+        o.testing, o.freed = now, 0  # a new window: tested by one retake at a time (trying)
     _set(o, s, window, now)
     if fresh:
         o.crowded_at = now

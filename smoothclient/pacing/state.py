@@ -265,10 +265,12 @@ class OriginState:
     freed_at: float = -1e18  # when a success last left nothing in flight under the window
     retakes_refused: int = 0  # requests that retook a freed place turned away at once, in a row
     refused_in: float = INF  # the least time a throttle took to come back (a refusal's trip)
-    # a window cut by a herd's throttles: whether a place it freed was retaken and kept since
-    # (False: one request at a time goes until then), and when the one out went
-    tested: bool = True
+    # a new window: when it was set, while none of the places it freed was retaken and kept
+    # (one request at a time goes until then; None: tested, or no window), and when the
+    # request testing it went (-1e18: none out)
+    testing: float | None = None
     trial: float = -1e18
+    freed: int = 0  # ... and the places our successes freed under it, not retaken since
     # the outage rule's part (see .outage): failures in a row, down since, probes, release
     outage: Outage = field(default_factory=Outage)
     # calls told to ask again for a slot: [deadline, when it is due to ask], nearest deadline

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -67,7 +68,6 @@ def test_what_a_held_poll_is_answered_is_what_acquire_answers(
     in_flight: int, window: float, deadline: float | None
 ) -> None:
     """:func:`admission.held` answers only what acquire would, changing only the queue."""
-    import copy
 
     o = slow(in_flight=in_flight)
     o.crowd_window = window
@@ -432,3 +432,112 @@ def test_a_slow_origins_crowd_spaces_requests_at_most_max_gate_apart() -> None:
     assert o.pace.interval <= s.max_gate
     admitted = adm.acquire(o, s, 1000.05, 1000.05, 1300.05)
     assert admitted.delay <= s.max_gate
+
+
+def _herd_cut(latency: float = 0.1) -> st.OriginState:
+    """A herd's throttle came back at once (2 ms) with five of its requests being served."""
+    o = slow(in_flight=6, latency=latency)
+    learning.observe(o, S, 429, Hints(), 1.002, sent_at=1.0, counted=True)
+    assert o.crowd_window == 5.0
+    assert o.testing == 1.002
+    for _ in range(2):  # two of the five are served: two places free
+        learning.observe(o, S, 200, Hints(), 1.1, sent_at=1.0, counted=True)
+    return o
+
+
+def test_a_window_a_herd_set_is_retaken_one_request_at_a_time() -> None:
+    """
+    The places a herd's window frees are retaken one at a time until one is kept.
+
+    A gateway (a rate limiter in front of a slow application) refuses its herd's extra
+    requests at once while it serves the others, as a concurrency limit does; when they are
+    served, a concurrency limit gives the places back and the rate limiter refuses them.
+    Retaken all at once, nginx limit_req before 30 ms answers refused them all (0.2 extra
+    refusals a call); one at a time, the next waits a refusal's trip, not a service time.
+    """
+    o = _herd_cut()
+    assert adm.try_now(o, S, 1.1)  # the retake that tests the window
+    assert not adm.try_now(o, S, 1.104)  # the next waits for its answer ...
+    shared = st.Settings(probe=0, shared=True)
+    assert adm.held(copy.deepcopy(o), shared, 1.104, 0.0, None) is not None  # (a poll's answer)
+    assert adm.try_now(o, S, 1.1061)  # ... three refusal trips (6 ms) at most: kept
+    assert o.testing is None  # the window is a concurrency limit's: no more tests
+    assert o.in_flight == 5
+    assert not adm.try_now(o, S, 1.1062)  # and it is full
+    learning.observe(o, S, 200, Hints(), 1.11, sent_at=1.0, counted=True)
+    assert adm.try_now(o, S, 1.1101)  # a place freed is taken again at once
+
+
+def test_a_refused_retake_lets_the_next_test_the_window_and_two_show_a_rate() -> None:
+    o = _herd_cut()
+    assert adm.try_now(o, S, 1.1)
+    learning.observe(o, S, 429, Hints(), 1.102, sent_at=1.1, counted=True)  # at once
+    assert o.retakes_refused == 1
+    assert o.crowd_window == 3.0  # (the three still served)
+    assert not adm.try_now(o, S, 1.1025)
+    learning.observe(o, S, 200, Hints(), 1.103, sent_at=1.0, counted=True)  # one is served
+    assert adm.try_now(o, S, 1.1031)  # the place it freed tests the window again
+    learning.observe(o, S, 429, Hints(), 1.105, sent_at=1.1031, counted=True)
+    assert o.crowd_window == math.inf  # two freed places refused in a row: a rate's limit
+    assert o.testing is None
+    assert o.lone_at == 1.105  # (the rate controller paces it from now on)
+
+
+def test_a_success_of_the_retake_ends_the_test() -> None:
+    """Refusals that take as long as a success (a remote limiter): waited for that long."""
+    o = slow(in_flight=6, latency=0.02)
+    learning.observe(o, S, 429, Hints(), 1.012, sent_at=1.0, counted=True)
+    learning.observe(o, S, 200, Hints(), 1.1, sent_at=1.0, counted=True)
+    assert adm.try_now(o, S, 1.1)
+    assert not adm.try_now(o, S, 1.114)  # (at most SLOW service times: 15 ms)
+    learning.observe(o, S, 200, Hints(), 1.114, sent_at=1.1, counted=True)
+    assert o.testing is None
+    assert adm.try_now(o, S, 1.1141)
+
+
+def test_a_process_that_holds_no_place_knocks_it_does_not_retake() -> None:
+    """
+    A fleet's process whose first wave was all turned away has no success since: the refused
+    requests that test its window are knocks (the others hold the places), not retakes
+    turned away; counted as retakes, a fleet of three on nginx limit_conn was read as a rate
+    limiter (4.5x the ideal in virtual time).
+    """
+    o = slow(in_flight=2)
+    assert crowd.crowded(o, S, 1.0, counted=True, sent_at=0.998)
+    for t in (1.0, 1.3, 1.6):
+        o.in_flight = 0
+        assert adm.try_now(o, S, t + 0.001) or o.pace.rate is not None
+        assert crowd.crowded(o, S, t + 0.003, counted=True, sent_at=t + 0.001)
+        assert o.retakes_refused == 0
+    assert o.crowd_window != math.inf
+
+
+def test_a_stored_test_far_ahead_holds_nobody_for_long() -> None:
+    """A shared store's junk: a test "sent" a day ahead is clamped to a slot's horizon."""
+    from smoothclient.pacing.codec import clamped, dump, load
+
+    o = _herd_cut()
+    o.trial = 86_400.0
+    back = clamped(load(dump(o)), 1.1, 300.0)
+    assert back.trial <= 1.1 + st.HORIZON
+
+
+def test_a_freed_place_is_retaken_once_and_what_follows_it_knocks() -> None:
+    """
+    A fleet's process that held one place: its success freed it, and the request that
+    retook it was turned away (another process took it).  Its next request, a while later,
+    knocks: counted as a second retake, it read a fleet of twelve on a concurrency limit as
+    a rate limiter, which paced it at half a request a second (3.2x the ideal).
+    """
+    o = slow(in_flight=2)
+    learning.observe(o, S, 429, Hints(), 1.002, sent_at=1.0, counted=True)
+    assert o.crowd_window == 1.0
+    learning.observe(o, S, 200, Hints(), 1.1, sent_at=1.0, counted=True)
+    assert o.freed == 1
+    assert adm.try_now(o, S, 1.1)
+    learning.observe(o, S, 429, Hints(), 1.103, sent_at=1.1, counted=True)
+    assert (o.retakes_refused, o.freed) == (1, 0)
+    o.in_flight += 1  # (a knock, whenever its slot came)
+    learning.observe(o, S, 429, Hints(), 1.403, sent_at=1.4, counted=True)
+    assert o.retakes_refused == 0
+    assert o.crowd_window != math.inf
