@@ -63,14 +63,13 @@ limit, as a lone slow throttle does.  Only the first request after a freed place
 A window a herd's throttles set is **tested one retake at a time** (:func:`trying`): until a
 place it freed was retaken and kept, one request goes, and the next waits for its answer, or
 for three refusal trips (the quickest throttle's round trip, :data:`TRY`): no refusal by then,
-the place was kept, and the window is a concurrency limit's.  Those refused count as retakes
-while they retake places our successes freed (a process that holds none knocks).  A gateway's
-herd has several requests served when its others are refused, and they come back together:
-retaken all at once, their places were refused all at once (nginx ``limit_req`` before 30 ms
-answers: 0.2 extra refusals a call, 0.1 one at a time), and against HAProxy, which counts the
-refusals, knocking kept it shut (2.9x the ideal in virtual time, 2.0x one at a time).  A
-concurrency limit pays the refusal trips once a window (5 ms on one machine, a service time
-of 100 ms).
+the place was kept, and the window is a concurrency limit's.  One refused counts as a retake
+when a success of ours freed a place since the last cut (else it knocks: others of a fleet
+hold the places).  A gateway's herd has several requests served while its others are
+refused, and they come back together: retaken all at once, their places were refused all at
+once (nginx ``limit_req`` before 30 ms answers: 0.2 extra refusals a call; 0.1 one at a
+time).  A concurrency limit pays the refusal trips once a window (5 ms on one machine, with
+100 ms service times).
 
 **Through a shared store** the window is the fleet's: ``o.in_flight`` is every process's
 count summed (each as its process last wrote it), so the same rules set the window on the
@@ -291,8 +290,6 @@ def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> No
     if _retook(o, sent_at) or _the_trial(o, sent_at):
         o.retakes_refused = 0
         o.testing, o.trial = None, -1e18
-    elif o.testing is not None:
-        o.freed += 1
     if not o.in_flight:
         o.freed_at = now
     o.crowd_moved = now
@@ -343,9 +340,10 @@ def crowded(
     trial = _the_trial(o, sent_at)
     if trial:
         o.trial = -1e18  # (answered: the next request tests the window)
-        # a retake only of a place a success of ours freed (a process of a fleet that holds
-        # none, or whose freed places were retaken already, knocks: others hold the places)
-        trial, o.freed = o.freed > 0, max(0, o.freed - 1)
+        # a retake only of a place a success of ours freed since the last cut (else it
+        # knocks: the others of a fleet hold the places; counted, a fleet of twelve on
+        # nginx limit_conn was read as a rate limiter, 2.1x the ideal)
+        trial = bool(o.successes) and o.successes[-1] > o.crowded_at
     others = o.in_flight
     now_width = width(o)
     slow = sent_at is None or now - sent_at >= SLOW * o.latency
@@ -379,7 +377,7 @@ def crowded(
     else:
         window = min(now_width, 1.0)  # this round's cut is taken
     if now_width == math.inf:
-        o.testing, o.freed = now, 0  # a new window: tested by one retake at a time (trying)
+        o.testing = now  # a new window: tested by one retake at a time (see trying)
     _set(o, s, window, now)
     if fresh:
         o.crowded_at = now

@@ -270,7 +270,6 @@ class OriginState:
     # request testing it went (-1e18: none out)
     testing: float | None = None
     trial: float = -1e18
-    freed: int = 0  # ... and the places our successes freed under it, not retaken since
     # the outage rule's part (see .outage): failures in a row, down since, probes, release
     outage: Outage = field(default_factory=Outage)
     # calls told to ask again for a slot: [deadline, when it is due to ask], nearest deadline

@@ -527,16 +527,16 @@ def test_a_freed_place_is_retaken_once_and_what_follows_it_knocks() -> None:
     A fleet's process that held one place: its success freed it, and the request that
     retook it was turned away (another process took it).  Its next request, a while later,
     knocks: counted as a second retake, it read a fleet of twelve on a concurrency limit as
-    a rate limiter, which paced it at half a request a second (3.2x the ideal).
+    a rate limiter, which paced it at half a request a second (3.2x the ideal in virtual
+    time, 2.1x on nginx limit_conn).
     """
     o = slow(in_flight=2)
     learning.observe(o, S, 429, Hints(), 1.002, sent_at=1.0, counted=True)
     assert o.crowd_window == 1.0
     learning.observe(o, S, 200, Hints(), 1.1, sent_at=1.0, counted=True)
-    assert o.freed == 1
     assert adm.try_now(o, S, 1.1)
     learning.observe(o, S, 429, Hints(), 1.103, sent_at=1.1, counted=True)
-    assert (o.retakes_refused, o.freed) == (1, 0)
+    assert o.retakes_refused == 1
     o.in_flight += 1  # (a knock, whenever its slot came)
     learning.observe(o, S, 429, Hints(), 1.403, sent_at=1.4, counted=True)
     assert o.retakes_refused == 0
