@@ -202,6 +202,16 @@ def _retook(o: OriginState, sent_at: float | None) -> bool:
     return o.freed_at <= sent_at <= o.freed_at + RETAKE * o.latency
 
 
+def _just_freed(o: OriginState, sent_at: float | None) -> bool:
+    """Whether a success of ours came since the last cut, at most ``RETAKE`` before ``sent_at``."""
+    if sent_at is None or not o.latency:
+        return False
+    for at in reversed(o.successes):
+        if at <= sent_at:
+            return at > o.crowded_at and sent_at - at <= RETAKE * o.latency
+    return False
+
+
 def _verdict(o: OriginState) -> float:
     """How long the retake that tests a window is waited for (seconds; see :func:`trying`)."""
     return min(SLOW * (o.latency or 0.0), max(TRY_LEAST, TRY * o.refused_in))
@@ -340,10 +350,10 @@ def crowded(
     trial = _the_trial(o, sent_at)
     if trial:
         o.trial = -1e18  # (answered: the next request tests the window)
-        # a retake only of a place a success of ours freed since the last cut (else it
-        # knocks: the others of a fleet hold the places; counted, a fleet of twelve on
+        # a retake only of a place a success of ours had just freed since the last cut (else
+        # it knocks: the others of a fleet hold the places; counted, a fleet of twelve on
         # nginx limit_conn was read as a rate limiter, 2.1x the ideal)
-        trial = bool(o.successes) and o.successes[-1] > o.crowded_at
+        trial = _just_freed(o, sent_at)
     others = o.in_flight
     now_width = width(o)
     slow = sent_at is None or now - sent_at >= SLOW * o.latency
@@ -355,7 +365,7 @@ def crowded(
         return _a_rate(o, s, now)
     if now - o.lone_at <= s.quiet:
         return False
-    if counted and (trial or (not others and _retook(o, sent_at))):
+    if counted and not others and (trial or _retook(o, sent_at)):
         # the place a success of ours had just freed, turned away at once: a concurrency
         # limit gives it back (unless another client took it in between); a rate's limit
         # that a success has just spent turns the next request away, each time

@@ -468,19 +468,40 @@ def test_a_window_a_herd_set_is_retaken_one_request_at_a_time() -> None:
     assert adm.try_now(o, S, 1.1101)  # a place freed is taken again at once
 
 
-def test_a_refused_retake_lets_the_next_test_the_window_and_two_show_a_rate() -> None:
-    o = _herd_cut()
-    assert adm.try_now(o, S, 1.1)
+def test_a_gateways_refused_test_is_a_retake_and_two_show_a_rate() -> None:
+    """
+    A gateway: the test retook a place a success had just freed, and was refused at once
+    while the herd's other successes came back.  It is a retake refused; the next retake
+    refused in a row hands the origin to the rate controller.
+    """
+    o = slow(in_flight=6)
+    learning.observe(o, S, 429, Hints(), 1.002, sent_at=1.0, counted=True)  # a window of 5
+    learning.observe(o, S, 200, Hints(), 1.1, sent_at=1.0, counted=True)
+    assert adm.try_now(o, S, 1.1)  # the test, four still served
+    for at in (1.1005, 1.101, 1.101, 1.1015):  # ... which come back
+        learning.observe(o, S, 200, Hints(), at, sent_at=1.0, counted=True)
+    assert not adm.try_now(o, S, 1.1016)  # (the test's answer is awaited)
     learning.observe(o, S, 429, Hints(), 1.102, sent_at=1.1, counted=True)  # at once
     assert o.retakes_refused == 1
+    o.in_flight += 1  # a knock gets through (the bucket refilled) ...
+    learning.observe(o, S, 200, Hints(), 1.35, sent_at=1.3, counted=True)
+    o.in_flight += 1  # ... and the place it freed is refused at once
+    learning.observe(o, S, 429, Hints(), 1.353, sent_at=1.3501, counted=True)
+    assert o.crowd_window == math.inf  # two retakes refused in a row: a rate's limit
+    assert o.testing is None
+    assert o.lone_at == 1.353  # (the rate controller paces it from now on)
+
+
+def test_a_test_refused_with_others_of_ours_served_is_not_counted() -> None:
+    """Another client may have taken the place while ours still hold theirs: it cuts only."""
+    o = _herd_cut()
+    assert adm.try_now(o, S, 1.1)
+    learning.observe(o, S, 429, Hints(), 1.102, sent_at=1.1, counted=True)
+    assert o.retakes_refused == 0
     assert o.crowd_window == 3.0  # (the three still served)
-    assert not adm.try_now(o, S, 1.1025)
+    assert not adm.try_now(o, S, 1.1025)  # full
     learning.observe(o, S, 200, Hints(), 1.103, sent_at=1.0, counted=True)  # one is served
     assert adm.try_now(o, S, 1.1031)  # the place it freed tests the window again
-    learning.observe(o, S, 429, Hints(), 1.105, sent_at=1.1031, counted=True)
-    assert o.crowd_window == math.inf  # two freed places refused in a row: a rate's limit
-    assert o.testing is None
-    assert o.lone_at == 1.105  # (the rate controller paces it from now on)
 
 
 def test_a_success_of_the_retake_ends_the_test() -> None:
