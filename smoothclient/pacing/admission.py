@@ -71,7 +71,7 @@ def _plan(
 ) -> tuple[Admission, float | None]:
     """The answer for a slot no earlier than ``not_before``, and the slot if it is granted."""
     if _crowd_full(o, now):  # asked again soon: an answer frees a place
-        return Admission(_crowd_poll(o, s), final=False), None
+        return Admission(_crowd_poll(o, s, deadline), final=False), None
     start = max(now, not_before, o.gate)
     at = _slot(o, start)
     if at is None:  # a reset is being probed: its answer says how many may go
@@ -128,7 +128,7 @@ def held(
     """
     if not (o.known or s.probe == 0) or not _crowd_full(o, now):
         return None
-    answer = Admission(_crowd_poll(o, s), final=False)
+    answer = Admission(_crowd_poll(o, s, deadline), final=False)
     if not_before <= now + HORIZON:
         _queue(o, NO_DEADLINE if deadline is None else deadline, now + answer.delay)
     return _by_deadline(answer, now, deadline)
@@ -367,17 +367,27 @@ def _crowd_full(o: OriginState, now: float) -> bool:
     return now - o.crowd_moved < STALE * (o.latency or 0.0)
 
 
-def _crowd_poll(o: OriginState, s: Settings) -> float:
+def _crowd_poll(o: OriginState, s: Settings, deadline: float | None) -> float:
     """
     When a request held by a full crowd window asks again.
 
     In memory at once (:data:`PROBE_POLL`): an ask costs microseconds, and this process's own
-    answers free the places it waits for.  Through a shared store an ask is a round trip and
-    the places free as the fleet's answers come back, about ``latency / window`` apart: asked
-    again a quarter of a service time later (at most ``HORIZON / 2``).
+    answers free the places it waits for.  Through a shared store the places free as the
+    fleet's answers come back, about ``latency / window`` apart, and reading them is a round
+    trip: asked again a quarter of a service time later (at most ``HORIZON / 2``), but for
+    the first of this process's waiters (the nearest its deadline, a deadline stated), which
+    asks at :data:`PROBE_POLL`.  Its asks are answered from the process's copy of the state
+    (read no more often: it is trusted that quarter), which this process's own answers
+    update at once: a place one of them frees is taken within milliseconds, not a quarter of
+    a service time later (every waiter of a process asked together, and a fleet of three
+    through Redis was slower than the same fleet sharing nothing).
     """
     again = asks_again(o) if s.shared else None
-    return PROBE_POLL if again is None else min(HORIZON / 2, max(PROBE_POLL, again))
+    if again is None:
+        return PROBE_POLL
+    if deadline is not None and (not o.queue or deadline <= o.queue[0][0]):
+        return PROBE_POLL
+    return min(HORIZON / 2, max(PROBE_POLL, again))
 
 
 def healthy(o: OriginState | None, now: float) -> bool:

@@ -571,3 +571,27 @@ def test_a_freed_place_is_retaken_once_and_what_follows_it_knocks() -> None:
     assert o.retakes_refused == 0
     assert o.crowd_window != math.inf
 
+
+def test_through_a_shared_store_the_first_waiter_asks_again_soonest() -> None:
+    """
+    A process's first waiter asks at once (from the copy its own answers update); the rest a
+    quarter of a service time apart, as does a call that states no deadline (were every
+    such call first, every one would ask every few milliseconds).
+    """
+    o = slow(in_flight=5)
+    o.crowd_window, o.crowd_moved = 5.0, 0.99
+    shared = st.Settings(probe=0, shared=True)
+    first = adm.held(o, shared, 1.0, 0.0, 10.0)
+    later = adm.held(o, shared, 1.0, 0.0, 20.0)
+    unbounded = adm.held(o, shared, 1.0, 0.0, None)
+    assert first is not None
+    assert later is not None
+    assert unbounded is not None
+    assert first.delay == st.PROBE_POLL
+    assert later.delay == unbounded.delay == pytest.approx(crowd.ASK_AGAIN * 0.1)
+    again = adm.held(o, shared, 1.005, 0.0, 10.0)  # still the first
+    assert again is not None
+    assert again.delay == st.PROBE_POLL
+    alone = adm.held(o, S, 1.0, 0.0, 20.0)  # in memory: every waiter at once
+    assert alone is not None
+    assert alone.delay == st.PROBE_POLL
