@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..engine.decide import CohortView
-from .crowd import asks_again, tried, trying
+from .crowd import asks_again
 from .outage import failing_share, taken
 from .resets import due as reset_due
 from .state import (
@@ -340,7 +340,6 @@ def _take(o: OriginState, at: float) -> None:
         taken(o, at)  # the probe of an origin that is down
     if o.crowd_window != INF:
         o.crowd_moved = at
-        tried(o, at)
     o.first_seen = min(o.first_seen, at)
     o.period_sent += 1
     if o.avail is not None:
@@ -362,7 +361,7 @@ def _crowd_full(o: OriginState, now: float) -> bool:
     wrote its last count, a request lost), and one goes all the same: the window never stops
     an origin for good.
     """
-    if o.in_flight + o.waiting + 1 <= o.crowd_window and not trying(o, now):
+    if o.in_flight + o.waiting + 1 <= o.crowd_window:
         return False
     return now - o.crowd_moved < STALE * (o.latency or 0.0)
 

@@ -37,7 +37,7 @@ from .budget import BudgetCounts
 from .gcra import Gcra
 from .learning import MAX_WINDOW_GUESSES
 from .outage import MAX_PROBE_GAP
-from .state import HORIZON, MAX_SUCCESSES, OriginState, Outage
+from .state import MAX_SUCCESSES, OriginState, Outage
 
 __all__ = ["clamped", "dump", "load"]
 
@@ -331,7 +331,6 @@ def clamped(state: OriginState, now: float, max_gate: float) -> OriginState:
         state.closed = min(state.closed, latest)
     if state.reset_probe is not None:
         state.reset_probe = min(state.reset_probe, now)  # when a probe went: not ahead
-    state.trial = min(state.trial, now + HORIZON)  # a slot: never fixed further ahead
     b = state.outage
     b.closed_until = min(b.closed_until, latest)
     b.release_until = min(b.release_until, latest)

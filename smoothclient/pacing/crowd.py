@@ -60,17 +60,6 @@ refused one request for each that got through.  :data:`RETAKES` retakes refused 
 with no knock refused between them (others of a fleet holding the places), show a rate's
 limit, as a lone slow throttle does.  Only the first request after a freed place retakes it.
 
-A window a herd's throttles set is **tested one retake at a time** (:func:`trying`): until a
-place it freed was retaken and kept, one request goes, and the next waits for its answer, or
-for three refusal trips (the quickest throttle's round trip, :data:`TRY`): no refusal by then,
-the place was kept, and the window is a concurrency limit's.  One refused counts as a retake
-as above (sent soon after the success that freed its place, since the last cut, and nothing
-of ours served still when it came back); else it knocks on places others hold.  A gateway's
-herd has several requests served while its others are refused, and they come back together:
-retaken all at once, their places were refused all at once (nginx ``limit_req`` before 30 ms
-answers: 0.2 extra refusals a call; 0.1 one at a time).  A concurrency limit pays the
-refusal trips once a window (5 ms on one machine, with 100 ms service times).
-
 **Through a shared store** the window is the fleet's: ``o.in_flight`` is every process's
 count summed (each as its process last wrote it), so the same rules set the window on the
 fleet's requests in flight and admit against them.  Two things keep those counts fresh enough:
@@ -100,14 +89,9 @@ __all__ = [
     "SERVED",
     "SHRINK",
     "SLOW",
-    "TRY",
-    "TRY_LEAST",
-    "TRY_MOST",
     "asks_again",
     "crowded",
     "served",
-    "tried",
-    "trying",
     "width",
 ]
 # (its fields are OriginState's: latency, crowd_window, crowded_at, crowd_moved, lone_at, and
@@ -164,14 +148,6 @@ REGROW = 4.0
 #: time later, and a process trusts its copy of the fleet's counts no longer: places free as
 #: the fleet's answers come back, and each ask is a round trip.
 ASK_AGAIN = 0.25
-#: The retake that tests a window a herd's throttles set (see :func:`trying`) is waited for
-#: this many times the quickest refusal's trip (at least :data:`TRY_LEAST` seconds, at most
-#: :data:`TRY_MOST` service times): a rate limiter's refusal is back by then.  A herd's
-#: refusals read by a busy event loop took 20-50 ms: waited three times that (three quarters
-#: of a service time at most), nginx limit_conn took 0.1 s longer, 1.31x the ideal.
-TRY = 3.0
-TRY_LEAST = 0.005
-TRY_MOST = 0.25
 
 
 def asks_again(o: OriginState) -> float | None:
@@ -206,43 +182,6 @@ def _retook(o: OriginState, sent_at: float | None) -> bool:
     return o.freed_at <= sent_at <= o.freed_at + RETAKE * o.latency
 
 
-def _just_freed(o: OriginState, sent_at: float | None) -> bool:
-    """Whether a success of ours came since the last cut, at most ``RETAKE`` before ``sent_at``."""
-    if sent_at is None or not o.latency:
-        return False
-    for at in reversed(o.successes):
-        if at <= sent_at:
-            return at > o.crowded_at and sent_at - at <= RETAKE * o.latency
-    return False
-
-
-def _verdict(o: OriginState) -> float:
-    """How long the retake that tests a window is waited for (seconds; see :func:`trying`)."""
-    return min(TRY_MOST * (o.latency or 0.0), max(TRY_LEAST, TRY * o.refused_in))
-
-
-def _the_trial(o: OriginState, sent_at: float | None) -> bool:
-    """Whether a request sent at ``sent_at`` is the retake testing the window, still out."""
-    if o.testing is None or sent_at is None:
-        return False
-    return o.trial > -1e17 and sent_at >= o.trial
-
-
-def trying(o: OriginState, now: float) -> bool:
-    """Whether a request waits for the answer to the retake testing the window (see the module)."""
-    return o.testing is not None and o.trial > -1e17 and now < o.trial + _verdict(o)
-
-
-def tried(o: OriginState, at: float) -> None:
-    """A request goes at ``at`` under the window: the retake that tests it, or none is needed."""
-    if o.testing is None:
-        return
-    if o.trial > -1e17 and at >= o.trial + _verdict(o):
-        o.testing, o.trial = None, -1e18  # no refusal in time: the place was kept
-        return
-    o.trial = at
-
-
 def _least(o: OriginState, now: float) -> float:
     """The least window now: :data:`LEAST`, or less once no success came for :data:`PATIENCE`."""
     last = o.successes[-1] if o.successes else o.first_seen
@@ -262,8 +201,6 @@ def _set(o: OriginState, s: Settings, window: float, now: float) -> None:
     them 200 s apart after one throttle).
     """
     pace = o.pace
-    if window == math.inf:
-        o.testing, o.trial = None, -1e18
     if window >= 1 or not o.latency:
         if _below_one(o):
             pace.rate = None
@@ -301,9 +238,8 @@ def served(o: OriginState, s: Settings, now: float, sent_at: float | None) -> No
     window = o.crowd_window
     if window == math.inf:
         return
-    if _retook(o, sent_at) or _the_trial(o, sent_at):
+    if _retook(o, sent_at):
         o.retakes_refused = 0
-        o.testing, o.trial = None, -1e18
     if not o.in_flight:
         o.freed_at = now
     o.crowd_moved = now
@@ -349,15 +285,6 @@ def crowded(
     """
     if o.latency is None or o.latency < SERVED:
         return False
-    if sent_at is not None and now >= sent_at:
-        o.refused_in = min(o.refused_in, now - sent_at)
-    trial = _the_trial(o, sent_at)
-    if trial:
-        o.trial = -1e18  # (answered: the next request tests the window)
-        # a retake only of a place a success of ours had just freed since the last cut (else
-        # it knocks: the others of a fleet hold the places; counted, a fleet of twelve on
-        # nginx limit_conn was read as a rate limiter, 2.1x the ideal)
-        trial = _just_freed(o, sent_at)
     others = o.in_flight
     now_width = width(o)
     slow = sent_at is None or now - sent_at >= SLOW * o.latency
@@ -369,7 +296,7 @@ def crowded(
         return _a_rate(o, s, now)
     if now - o.lone_at <= s.quiet:
         return False
-    if counted and not others and (trial or _retook(o, sent_at)):
+    if counted and not others and _retook(o, sent_at):
         # the place a success of ours had just freed, turned away at once: a concurrency
         # limit gives it back (unless another client took it in between); a rate's limit
         # that a success has just spent turns the next request away, each time
@@ -390,8 +317,6 @@ def crowded(
         window = max(_least(o, now), SHRINK * min(now_width, 1.0))  # others hold every place
     else:
         window = min(now_width, 1.0)  # this round's cut is taken
-    if now_width == math.inf:
-        o.testing = now  # a new window: tested by one retake at a time (see trying)
     _set(o, s, window, now)
     if fresh:
         o.crowded_at = now

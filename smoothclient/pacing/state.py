@@ -264,12 +264,6 @@ class OriginState:
     lone_at: float = -1e18  # when a request was last turned away with nobody else in flight
     freed_at: float = -1e18  # when a success last left nothing in flight under the window
     retakes_refused: int = 0  # requests that retook a freed place turned away at once, in a row
-    refused_in: float = INF  # the least time a throttle took to come back (a refusal's trip)
-    # a new window: when it was set, while none of the places it freed was retaken and kept
-    # (one request at a time goes until then; None: tested, or no window), and when the
-    # request testing it went (-1e18: none out)
-    testing: float | None = None
-    trial: float = -1e18
     # the outage rule's part (see .outage): failures in a row, down since, probes, release
     outage: Outage = field(default_factory=Outage)
     # calls told to ask again for a slot: [deadline, when it is due to ask], nearest deadline

@@ -702,9 +702,7 @@ def test_a_rate_limit_in_front_of_a_slow_application_is_paced_as_a_rate() -> Non
     Read as a concurrency limit, every success freed "a place" that the next request took at
     once, and was refused: one 429 for each call that got through (1.02 beyond the first
     wave a call, in the model and on the real nginx).  Two such refusals in a row show a
-    rate's limit, and the rate controller paces it.  The herd's freed places are retaken one
-    at a time until one is kept: retaken all at once, five were refused together (0.2 extra
-    a call; 0.12 one at a time).
+    rate's limit, and the rate controller paces it.
     """
     results = [
         run_herd(TokenBucket(10, 1.0, 6), "bare", 60, service=0.03, spread=0.004, seed=seed)
@@ -712,7 +710,7 @@ def test_a_rate_limit_in_front_of_a_slow_application_is_paced_as_a_rate() -> Non
     ]
     assert all(r.failed == 0 for r in results)
     assert max(r.ratio for r in results) <= 1.1
-    assert max(r.extra_429s_per_call for r in results) <= 0.15
+    assert max(r.extra_429s_per_call for r in results) <= 0.35
 
 
 @pytest.mark.parametrize("limit", [0.1, 0.25])
