@@ -38,7 +38,7 @@ from smoothclient.pacing.redis import store as redis_store
 from smoothclient.pacing.redis import tracker as redis_tracker
 from smoothclient.pacing.redis.store import RedisCell, redis_key
 from smoothclient.pacing.scopes import Bound
-from smoothclient.pacing.state import OriginState
+from smoothclient.pacing.state import PROBE_POLL, OriginState
 from smoothclient.pacing.steps import run_async
 from smoothclient.pacing.store import KeyTracker, stepwise
 from smoothclient.tools.redis_server import RedisServer, Server, binary
@@ -391,11 +391,12 @@ def test_a_poll_a_full_window_holds_is_answered_from_the_copy(
         return codec.dump(o)
 
     monkeypatch.setattr(redis_tracker, "dump", dump)
-    for _ in range(20):
+    for ask in range(20):
         now = pacer.clock()
         admission = tracker.acquire(now, deadline=now + 5)
         assert not admission.final
-        assert admission.delay == pytest.approx(0.025)  # asked again a quarter service later
+        # the first waiter asks again at once (from the copy), the others a quarter service later
+        assert admission.delay == pytest.approx(PROBE_POLL if ask == 0 else 0.025)
     assert copies == []
     tracker.observe(200, Hints(), pacer.clock(), sent_at=now)  # the place frees
     assert tracker.acquire(pacer.clock()).final
@@ -1396,9 +1397,10 @@ def test_a_crowd_window_is_the_fleets_and_a_freed_place_reaches_it_at_once(
     """
     A concurrency limit's window through Redis counts every process's requests in flight.
 
-    Process A fills a window of two; B is held (asking again a quarter of a service time
-    later, not every 5 ms); A's success is written with its answer, not with A's next step
-    (A has none: its work is done), and B's next ask gets the place.
+    Process A fills a window of two; B is held (its first waiter asks again every 5 ms, from
+    its copy; the others a quarter of a service time later); A's success is written with its
+    answer, not with A's next step (A has none: its work is done), and B's next ask gets the
+    place.
     """
     a, b = fleet(server)
     ta, tb = a.track(ORIGIN), b.track(ORIGIN)
@@ -1416,7 +1418,9 @@ def test_a_crowd_window_is_the_fleets_and_a_freed_place_reaches_it_at_once(
     now = b.clock()
     held = tb.acquire(now, deadline=now + 10)
     assert not held.final
-    assert held.delay == pytest.approx(0.1 / 4)
+    assert held.delay == pytest.approx(PROBE_POLL)
+    later = tb.acquire(now, deadline=now + 20)  # a second waiter of B's
+    assert later.delay == pytest.approx(0.1 / 4)
     ta.observe(200, Hints(), a.clock(), sent_at=a.clock() - 0.1)  # written now: no next step
     time.sleep(0.1 / 4)  # B's copy is trusted a quarter of a service time under a window
     now = b.clock()
